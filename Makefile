@@ -1,0 +1,32 @@
+# Two entry points, each doing its own set-up in a local venv (.venv).
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+SHARED ?= $(abspath ../shared)
+export HF_HUB_OFFLINE=1
+export HF_DATASETS_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1
+export NLTK_DATA ?= $(SHARED)/data/nltk_data
+export ATTNLIP_DATA ?= $(SHARED)/data
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: install run quick test bench
+install: $(VENV)/.installed
+
+run: install
+	$(VPY) run_all.py $(ARGS)
+
+quick: install
+	$(VPY) run_all.py --quick $(ARGS)
+
+test: install
+	$(VPY) -m pytest -q -p no:cacheprovider --benchmark-disable $(ARGS)
+
+bench: install
+	$(VPY) -m pytest benchmarks -q --benchmark-only --benchmark-columns=median,iqr,rounds --benchmark-sort=name $(ARGS)

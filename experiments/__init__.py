@@ -1,0 +1,1 @@
+"""Experiments: one module per paper figure family; each registers with harness.registry."""

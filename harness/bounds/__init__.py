@@ -1,0 +1,1 @@
+"""Bounds on the local Lipschitz constant of self-attention, one module per paper."""

@@ -1,0 +1,1 @@
+"""Offline-first text and image loaders."""

@@ -1,0 +1,1 @@
+"""Model adapters, small ViTs, regularizers and certification."""
