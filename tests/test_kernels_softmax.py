@@ -1,0 +1,46 @@
+"""Softmax Jacobian norm (secular-equation bisection) vs dense eigendecomposition; g_k."""
+import pytest
+import torch
+
+from harness.kernels.softmax import g_k, jsm_norm, jsm_norm_dense, softmax_jacobian
+
+
+def random_probs(shape, temp, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, dtype=torch.float64, generator=g) * temp, -1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64])
+@pytest.mark.parametrize("temp", [0.1, 1.0, 5.0, 40.0])
+def test_jsm_norm_exact(n, temp):
+    p = random_probs((50, n), temp, seed=n)
+    torch.testing.assert_close(jsm_norm(p), jsm_norm_dense(p), rtol=1e-9, atol=1e-14)
+
+
+def test_jsm_norm_ties_and_zeros():
+    p = torch.tensor([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3], [1.0, 0.0, 0.0], [0.4, 0.4, 0.2],
+                      [0.25, 0.25, 0.5]], dtype=torch.float64)
+    torch.testing.assert_close(jsm_norm(p), jsm_norm_dense(p), rtol=1e-9, atol=1e-14)
+    assert abs(jsm_norm(p)[0].item() - 0.5) < 1e-12  # Cor. 1 equality case
+
+
+def test_softmax_jacobian_is_derivative():
+    z = torch.randn(6, dtype=torch.float64)
+    J = torch.func.jacrev(lambda z: torch.softmax(z, -1))(z)
+    torch.testing.assert_close(softmax_jacobian(torch.softmax(z, -1)), J)
+
+
+def test_g_k_definition_and_order():
+    p = torch.tensor([0.1, 0.5, 0.15, 0.25], dtype=torch.float64)
+    assert g_k(p, 1).item() == pytest.approx(0.5 * (1 - 0.5 + 0.25))
+    assert g_k(p, 4).item() == pytest.approx(0.1 * (1 - 0.1 + 0.0))
+    with pytest.raises(ValueError):
+        g_k(p, 5)
+    P = random_probs((200, 9), 3.0, 0)
+    assert torch.all(g_k(P, 1) >= jsm_norm(P) - 1e-12) and torch.all(g_k(P, 1) <= 0.5 + 1e-12)
+
+
+def test_g_k_differentiable():
+    z = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    g_k(torch.softmax(z, -1), 2).log().sum().backward()
+    assert torch.isfinite(z.grad).all()
