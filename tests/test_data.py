@@ -1,0 +1,91 @@
+"""Data loaders: shapes, dtypes, ranges, chunking, clear errors for missing data."""
+import pytest
+import torch
+
+from harness.data import paths, text
+
+
+def needs_shared(*parts):
+    if not paths.has_shared_data(*parts):
+        pytest.skip(f"shared data {'/'.join(parts)} absent (set ATTNLIP_DATA)")
+
+
+class WordTok:
+    """A tiny whitespace tokenizer with the HF call signature used by token_chunks."""
+
+    def __init__(self):
+        self.vocab = {}
+        self.name_or_path = "wordtok"
+
+    def __len__(self):
+        return 1000
+
+    def __call__(self, texts, add_special_tokens=False, verbose=False):
+        one = isinstance(texts, str)
+        rows = []
+        for t in [texts] if one else texts:
+            ids = [self.vocab.setdefault(w, len(self.vocab) + 2) for w in t.split()]
+            rows.append(([0] + ids + [1]) if add_special_tokens else ids)
+        return {"input_ids": rows[0] if one else rows}
+
+
+def test_token_chunks_non_overlapping():
+    tok, texts = WordTok(), text.synthetic_corpus()
+    stream = text.token_stream(tok, texts)
+    c = text.token_chunks(tok, texts, n=7, count=20, seed=0)
+    assert c.shape == (20, 7) and c.dtype == torch.long
+    starts = []
+    for row in c:  # every chunk is a window of the stream at a multiple of n
+        hits = [s for s in range(0, stream.numel() - 6, 7) if torch.equal(stream[s:s + 7], row)]
+        assert hits
+        starts.append(hits[0])
+    assert len(set(starts)) == 20
+    assert torch.equal(c, text.token_chunks(tok, texts, n=7, count=20, seed=0))
+    assert not torch.equal(c, text.token_chunks(tok, texts, n=7, count=20, seed=1))
+
+
+def test_token_chunks_special_and_errors():
+    tok, texts = WordTok(), text.synthetic_corpus()
+    c = text.token_chunks(tok, texts, n=6, count=3, add_special_tokens=True)
+    assert c.shape == (3, 6) and (c[:, 0] == 0).all() and (c[:, -1] == 1).all()
+    with pytest.raises(ValueError, match="fewer than count"):
+        text.token_chunks(tok, texts, n=50, count=10 ** 6)
+    with pytest.raises(ValueError):
+        text.token_chunks(tok, texts, n=0, count=1)
+    with pytest.raises(ValueError, match="unknown corpus"):
+        text.load_corpus("nope")
+
+
+def test_missing_data_errors_name_path_and_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="ATTNLIP_DATA"):
+        paths.data_root()
+    monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"sst2.*ATTNLIP_DATA"):
+        paths.data_path("sst2", "train.tsv")
+    with pytest.raises(FileNotFoundError, match="ATTNLIP_CIFAR10"):
+        paths.cifar10_dir(tmp_path)
+
+
+def test_shared_corpora():
+    needs_shared("sst2", "train.tsv")
+    ag = text.load_corpus("ag_news")
+    assert len(ag) == 7600 and all(isinstance(t, str) and t for t in ag[:50])
+    tr, dev = text.load_corpus("sst2"), text.load_corpus("sst2", "dev")
+    assert len(tr) == 67349 and len(dev) == 872
+    t, y = text.load_labeled("sst2", "dev")
+    assert set(y) == {0, 1} and len(t) == 872
+    assert set(text.load_labeled("ag_news")[1]) == {0, 1, 2, 3}
+
+
+def test_alice_via_nltk():
+    needs_shared("nltk_data", "corpora", "gutenberg", "carroll-alice.txt")
+    alice = text.load_corpus("alice")
+    assert "Alice" in alice[0] and len(" ".join(alice).split()) > 25000
+
+
+def test_load_sst2_ids():
+    needs_shared("sst2", "dev.tsv")
+    ids, y, mask = text.load_sst2("dev", max_len=16, return_mask=True)
+    assert ids.shape == (872, 16) and ids.dtype == torch.long and y.shape == (872,)
+    assert (ids[:, 0] == 101).all() and (mask.sum(1) >= 3).all()
