@@ -25,8 +25,10 @@ run: install
 quick: install
 	$(VPY) run_all.py --quick $(ARGS)
 
+# pytest exit code 5 (no tests collected) is a failure here, reported by name.
 test: install
-	$(VPY) -m pytest -q -p no:cacheprovider --benchmark-disable $(ARGS)
+	$(VPY) -m pytest -q -p no:cacheprovider --benchmark-disable $(ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; fi; exit $$rc
 
 bench: install
 	$(VPY) -m pytest benchmarks -q --benchmark-only --benchmark-columns=median,iqr,rounds --benchmark-sort=name $(ARGS)
