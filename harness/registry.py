@@ -17,18 +17,32 @@ An experiment is a class deriving from `Experiment` and decorated with `@experim
 
 `cell` holds the grid parameters (JSON-serializable scalars); `ctx` gives device, dtype, seed, scale, a
 progress-bar factory and an artifact store for things several experiments reuse (trained models).
+
+Extensions (compatible): `grid` may also be a list of dicts (union of sub-grids, see harness.grid), and
+`quick`/`test` then override the keys of every sub-grid holding them (a list replaces the grid outright).
+`raise MissingData("...")` from run() when an optional input (shared data, weights) is absent: the smoke
+test turns it into a skip and the runner reports the cell as skipped-missing-data (still a failure exit).
+Extra experiment modules outside `experiments/` load from $ATTNLIP_EXPERIMENTS_PATH (files or directories,
+os.pathsep-separated).
 """
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import importlib.util
+import os
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 _REGISTRY: Dict[str, "Experiment"] = {}
 _LOADED = False
+
+
+class MissingData(RuntimeError):
+    """A cell needs an input that is not available here (shared data, weights); the smoke test skips on it."""
 
 
 @dataclass
@@ -60,6 +74,14 @@ class Context:
 
         return tqdm(iterable, disable=not self.progress, leave=False, dynamic_ncols=True, **kw)
 
+    def generator(self, offset: int = 0):
+        """A torch.Generator on ctx.device seeded with seed + offset (use it instead of global RNG state)."""
+        import torch
+
+        g = torch.Generator(device=self.torch_device)
+        g.manual_seed(int(self.seed) + int(offset))
+        return g
+
     @property
     def artifacts(self) -> Path:
         """Directory for cached artifacts shared across cells/experiments (e.g. trained model weights)."""
@@ -80,16 +102,35 @@ class Experiment:
     paired: List[tuple] = []
     description: str = ""
 
-    def grid_for(self, scale: str) -> Dict[str, List[Any]]:
-        """The parameter grid at a scale: full `grid`, overridden by `quick` or `test` (test falls back to quick)."""
+    def grid_for(self, scale: str):
+        """The parameter grid at a scale: full `grid`, overridden by `quick` or `test` (test falls back to quick).
+
+        A dict grid gives a dict; a list-of-dicts grid gives a list (overrides apply to each sub-grid)."""
         if scale not in ("full", "quick", "test"):
             raise ValueError(f"unknown scale {scale!r}: use 'full', 'quick' or 'test'")
-        g = dict(self.grid)
-        if scale in ("quick", "test"):
-            g.update(self.quick)
-        if scale == "test":
-            g.update(self.test)
-        return g
+        from . import grid as _grid
+
+        g = self.grid
+        layers = [self.quick] if scale == "quick" else [self.quick, self.test] if scale == "test" else []
+        for ov in layers:
+            if isinstance(ov, (list, tuple)):
+                g = [dict(x) for x in ov]
+            elif ov:
+                g = _grid.override(g, {k: (list(v) if isinstance(v, (list, tuple, range)) else [v])
+                                       for k, v in ov.items()}, strict=False)
+                if isinstance(g, dict):  # keys only in the override still count (dict grids, as before)
+                    for k, v in ov.items():
+                        g.setdefault(k, list(v) if isinstance(v, (list, tuple, range)) else [v])
+        return dict(g) if isinstance(g, dict) else [dict(x) for x in g]
+
+    def cells(self, scale: str = "full", overrides: Optional[Dict[str, List[Any]]] = None) -> List[Dict[str, Any]]:
+        """The grid cells at a scale, after --set overrides (ValueError on a key the grid does not have)."""
+        from . import grid as _grid
+
+        g = self.grid_for(scale)
+        if overrides:
+            g = _grid.override(g, overrides, strict=True)
+        return _grid.expand(g, self.paired)
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         raise NotImplementedError
@@ -123,8 +164,46 @@ def experiment(cls=None, **overrides):
     return register(cls) if cls is not None else register
 
 
+def unregister(name: str) -> None:
+    """Remove an experiment (tests registering throw-away experiments clean up with this)."""
+    _REGISTRY.pop(name, None)
+
+
+def load_module_file(path) -> Any:
+    """Import a Python file as a module (named after its stem, prefixed) so its experiments register."""
+    path = Path(path).resolve()
+    modname = f"_attnlip_ext_{path.stem}"
+    mod = sys.modules.get(modname)
+    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == path:
+        return mod
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import experiment module file {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return mod
+
+
+def _extra_paths() -> List[Path]:
+    out: List[Path] = []
+    for part in filter(None, os.environ.get("ATTNLIP_EXPERIMENTS_PATH", "").split(os.pathsep)):
+        p = Path(part)
+        if p.is_dir():
+            out += sorted(f for f in p.glob("*.py") if not f.name.startswith("_"))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"ATTNLIP_EXPERIMENTS_PATH entry {p} does not exist")
+    return out
+
+
 def load_all() -> None:
-    """Import every module of the `experiments` package so their experiments register."""
+    """Import every module of the `experiments` package (and $ATTNLIP_EXPERIMENTS_PATH) so experiments register."""
     global _LOADED
     if _LOADED:
         return
@@ -132,8 +211,31 @@ def load_all() -> None:
 
     for m in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name):
         if not m.name.startswith("_"):
-            importlib.import_module(f"experiments.{m.name}")
+            _guarded(f"experiments.{m.name}", lambda: importlib.import_module(f"experiments.{m.name}"))
+    for f in _extra_paths():
+        _guarded(str(f), lambda: load_module_file(f))
     _LOADED = True
+
+
+_IMPORT_ERRORS: Dict[str, str] = {}
+
+
+def _guarded(what: str, load: Callable[[], Any]) -> None:
+    """Import one experiment module; a broken one is recorded (import_errors()) and warned, not fatal."""
+    import traceback
+    import warnings
+
+    try:
+        load()
+    except Exception as e:  # noqa: BLE001 - one broken module must not hide the others
+        _IMPORT_ERRORS[what] = "".join(traceback.format_exception(e))
+        warnings.warn(f"experiment module {what} failed to import: {e.__class__.__name__}: {e}")
+
+
+def import_errors() -> Dict[str, str]:
+    """{module: traceback} of experiment modules that failed to import in load_all()."""
+    load_all()
+    return dict(_IMPORT_ERRORS)
 
 
 def list_experiments(pattern: str = "*") -> List[str]:

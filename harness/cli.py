@@ -1,0 +1,137 @@
+"""Command line of run_all.py: select experiments, list/dry-run, run (cached), collect. See --help."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from . import grid as _grid
+from . import registry as _registry
+from . import runner as _runner
+from .cache import REPO_ROOT
+
+EPILOG = """examples:
+  run_all.py                          every experiment, full scale
+  run_all.py --quick                  every experiment, small grids (minutes)
+  run_all.py castin_sqrt_n 'jasmin*'  selected experiments (names or globs; also --only)
+  run_all.py --list                   experiments, paper figure, cached cells
+  run_all.py --dry-run --quick        the grid, cached/missing per cell
+  run_all.py --set n=2,4,8 --set temperature=1.0 jasmin_softmax
+  run_all.py --executor process --jobs 4     local process pool
+  run_all.py --executor submitit --jobs 50   Slurm job array (local jobs when no sbatch)
+  run_all.py --collect                rebuild tables/figures/README from the cache alone
+exit status: 0 ok, 1 a cell/figure failed (after running the rest), 2 usage error."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="run_all.py", description="AttnLip: run experiments, cache cells, "
+                                 "write results/<exp>/{table.csv,figures,manifest.json} and results/README.md",
+                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help="experiment names or globs (default: all)")
+    ap.add_argument("--only", action="append", default=[], metavar="GLOB", help="select by glob (repeatable, comma-separated)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true", help="list experiments, paper figures, cached cells, then exit")
+    mode.add_argument("--dry-run", action="store_true", help="print the grid with cached/missing per cell, then exit")
+    mode.add_argument("--collect", action="store_true", help="rebuild tables, figures and README from the cache only")
+    ap.add_argument("--force", action="store_true", help="recompute cells even when cached")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="override a grid parameter: n=8, n=2,4,8, n=[2,4], flag=true (repeatable)")
+    scale = ap.add_mutually_exclusive_group()
+    scale.add_argument("--quick", action="store_const", const="quick", dest="scale", help="small grids (scale 'quick')")
+    scale.add_argument("--scale", choices=["full", "quick", "test"], dest="scale",
+                       help="grid scale: full (default), quick, test (the smoke-test scale)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default cpu)")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32", "float16", "bfloat16"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--executor", choices=_runner.EXECUTORS, default="serial")
+    ap.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers / Slurm array parallelism")
+    ap.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug (default: slurm if sbatch exists, else local)")
+    ap.add_argument("--executor-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra submitit parameter, e.g. slurm_partition=gpu, gpus_per_node=1 (repeatable)")
+    ap.add_argument("--timeout-min", type=int, default=60, help="submitit job time limit (minutes)")
+    ap.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
+    ap.add_argument("--cache-dir", type=Path, default=None, help="default: <results-dir>/cache")
+    ap.add_argument("--no-figures", action="store_true", help="skip figures (tables and manifests only)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return ap
+
+
+def _config(args) -> _runner.RunConfig:
+    from .manifest import resolve_device
+
+    eparams = {}
+    for k, v in _grid.parse_set(args.executor_param).items():
+        eparams[k] = v[0] if len(v) == 1 else v
+    return _runner.RunConfig(
+        scale=args.scale or "full", seed=args.seed, dtype=args.dtype, device=resolve_device(args.device),
+        results_dir=args.results_dir, cache_dir=args.cache_dir, executor=args.executor, jobs=args.jobs,
+        force=args.force, overrides=_grid.parse_set(args.sets), progress=not args.no_progress and sys.stderr.isatty(),
+        figures=not args.no_figures, cluster=args.cluster, executor_params=eparams, timeout_min=args.timeout_min)
+
+
+def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
+    rows = [("experiment", "reproduces", f"cells ({cfg.scale})", "cached")]
+    for n in names:
+        p = _runner.plan(n, cfg, verify=False)
+        cached = sum(t.state == "cached" for t in p.tasks)
+        rows.append((n, "; ".join(p.exp.figures_ref) or "-", str(len(p.tasks)), str(cached)))
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        out("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+    errs = _registry.import_errors()
+    for mod, tb in errs.items():
+        out(f"warning: experiment module {mod} failed to import: {tb.strip().splitlines()[-1]}")
+
+
+def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
+    for n in names:
+        p = _runner.plan(n, cfg, verify=True)
+        states = [("force" if cfg.force and t.state == "cached" else t.state) for t in p.tasks]
+        cached = states.count("cached")
+        out(f"{n} ({cfg.scale}): {len(p.tasks)} cells, {cached} cached, {len(p.tasks) - cached} to compute"
+            f"  [code {p.code[:10]}]")
+        for t, s in zip(p.tasks, states):
+            out(f"  {s:8s} {t.key[:12]}  {t.label}")
+
+
+def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
+    """CLI entry: returns the exit status (0 ok, 1 failures, 2 usage error)."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    try:
+        cfg = _config(args)
+        names = _runner.select(args.names, args.only)
+        if not names:
+            out("no experiments registered")
+            return 2 if args.names or args.only else 0
+        _runner.check_overrides(names, cfg)
+    except (KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"run_all.py: error: {msg}", file=sys.stderr)
+        return 2
+    if args.list:
+        cmd_list(names, cfg, out)
+        return 0
+    if args.dry_run:
+        cmd_dry_run(names, cfg, out)
+        return 0
+    t0 = time.perf_counter()
+    results = _runner.run(names, cfg, collect_only=args.collect, echo=out)
+    bad = [r for r in results if not r.ok]
+    skipped = sum(r.missing_data for r in results)
+    tail = f"; {skipped} cell(s) skipped for missing data" if skipped else ""
+    out(f"done: {len(results)} experiment(s) in {time.perf_counter() - t0:.1f}s, results in {cfg.results_dir}{tail}")
+    if skipped:
+        print(_runner.format_errors([r for r in results if r.missing_data], full=False), file=sys.stderr)
+    if bad:
+        print("FAILED:\n" + _runner.format_errors(bad), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Run provenance for results/<exp>/manifest.json: versions, git commit, device, host, peak memory."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import resource
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from .cache import REPO_ROOT
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """Installed versions of the packages results depend on (None if absent); no heavy imports."""
+    out: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "numpy", "scipy", "pandas", "matplotlib", "submitit", "attnlip"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def git_info(root: Path = REPO_ROOT) -> Dict[str, Any]:
+    """Commit hash and whether tracked files differ from it (None outside a git checkout)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "dirty": None}
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def resolve_device(device: str) -> str:
+    """'auto' -> 'cuda' when available else 'cpu'; 'cuda' without a GPU -> ValueError."""
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise ValueError(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto")
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda" if device == "auto" else device
+    if device == "auto":
+        return "cpu"
+    raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False")
+
+
+def device_name(device: str) -> str:
+    """Human-readable name of the device (GPU model or CPU model)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} logical cores)"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} logical cores)"
+
+
+def peak_rss_mb() -> Dict[str, float]:
+    """High-water resident memory (MiB) of this process and of its waited-for children (Linux ru_maxrss is KiB)."""
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 1024 / 1024
+    return {
+        "self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+        "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
+    }
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def environment(device: str) -> Dict[str, Any]:
+    """Everything about the machine/software a manifest records."""
+    return {
+        "versions": versions(),
+        "git": git_info(),
+        "device": device,
+        "device_name": device_name(device),
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "argv": sys.argv,
+    }

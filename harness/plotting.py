@@ -1,0 +1,134 @@
+"""House style for every AttnLip figure: figure(), save() -> [png, pdf], log-log helpers, substitute notes.
+
+Figures are drawn from result tables only (never recompute). Colors are fixed per bound family so the same
+quantity looks the same across experiments: use `color("castin")` etc.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+import matplotlib  # noqa: E402
+
+matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+STYLE = {
+    "figure.dpi": 110,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.5,
+    "lines.markersize": 4,
+    "legend.frameon": False,
+    "image.cmap": "viridis",
+    "pdf.fonttype": 42,  # embed TrueType: editable text in the PDF
+}
+
+# One color per quantity family, consistent across all figures (colorblind-safe Okabe-Ito palette).
+COLORS = {
+    "exact": "#000000", "lipschitz": "#000000", "pgd": "#555555", "lower": "#555555",
+    "lofast": "#0072B2", "jasmin": "#D55E00", "castin": "#009E73", "kim": "#CC79A7",
+    "specformer": "#CC79A7", "naive": "#999999", "g1": "#D55E00", "paper": "#E69F00", "ours": "#56B4E9",
+}
+_CYCLE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+
+def color(name: str) -> str:
+    """The house color of a quantity/bound family (prefix match, e.g. 'bound_castin' -> castin)."""
+    key = name.lower()
+    for k, c in COLORS.items():
+        if k in key:
+            return c
+    return _CYCLE[abs(hash(key)) % len(_CYCLE)]
+
+
+def figure(nrows: int = 1, ncols: int = 1, width: Optional[float] = None, height: Optional[float] = None,
+           squeeze: bool = True, **kw) -> Tuple[plt.Figure, object]:
+    """A new figure in house style: (fig, axes). Default panel 3.4 x 2.8 inches."""
+    plt.rcParams.update(STYLE)
+    w = width if width is not None else 3.4 * ncols
+    h = height if height is not None else 2.8 * nrows
+    return plt.subplots(nrows, ncols, figsize=(w, h), squeeze=squeeze, constrained_layout=True, **kw)
+
+
+def save(fig: plt.Figure, outdir, stem: str, formats: Sequence[str] = ("png", "pdf")) -> List[Path]:
+    """Save `fig` as <outdir>/<stem>.png and .pdf (deterministic metadata), close it, return the paths."""
+    if not stem or "/" in stem:
+        raise ValueError(f"figure stem must be a plain file name, got {stem!r}")
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = outdir / f"{stem}.{fmt}"
+        meta = {"CreationDate": None, "Producer": None} if fmt == "pdf" else {"Software": None} if fmt == "png" else None
+        fig.savefig(p, format=fmt, metadata=meta)
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def loglog(ax, x, y, label: Optional[str] = None, key: Optional[str] = None, **kw):
+    """Log-log line (+markers) in the family color of `key` (or of `label`)."""
+    kw.setdefault("marker", "o")
+    c = kw.pop("color", None) or color(key or label or "")
+    line, = ax.loglog(np.asarray(x), np.asarray(y), label=label, color=c, **kw)
+    return line
+
+
+def semilogy(ax, x, y, label: Optional[str] = None, key: Optional[str] = None, **kw):
+    """Linear x, log y, in the family color."""
+    kw.setdefault("marker", "o")
+    c = kw.pop("color", None) or color(key or label or "")
+    line, = ax.semilogy(np.asarray(x), np.asarray(y), label=label, color=c, **kw)
+    return line
+
+
+def slope_guide(ax, x: Iterable[float], slope: float, anchor: Tuple[float, float], label: Optional[str] = None,
+                **kw):
+    """Reference power law y = anchor_y (x / anchor_x)^slope (dashed gray), e.g. slope 0.5 for sqrt(n)."""
+    x = np.asarray(list(x), dtype=float)
+    x0, y0 = anchor
+    kw.setdefault("color", "#888888")
+    kw.setdefault("linestyle", "--")
+    kw.setdefault("linewidth", 1.0)
+    line, = ax.plot(x, y0 * (x / x0) ** slope, label=label if label is not None else f"slope {slope:g}", **kw)
+    return line
+
+
+def fit_slope(x, y) -> float:
+    """Least-squares slope of log y against log x (the empirical exponent of a power law)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+def footnote(fig: plt.Figure, text: str, fontsize: float = 7):
+    """A small italic note under the figure, e.g. 'substitute: MiniLM-L6 instead of BERT-base (offline)'."""
+    return fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=fontsize, style="italic", color="#444444",
+                    wrap=True, transform=fig.transFigure)
+
+
+def substitute_note(fig: plt.Figure, paper: str, ours: str, why: str = "not available offline"):
+    """Footnote for figures using a substitute model/data: 'Paper: X. Here: Y (why).'"""
+    return footnote(fig, f"Paper: {paper}. Here: {ours} ({why}).")
+
+
+def caption(ax, text: str):
+    """Panel title in house style (small, left-aligned)."""
+    ax.set_title(text, loc="left")
