@@ -33,7 +33,8 @@ Tensor = torch.Tensor
 
 __all__ = ["bound", "meanfield_bound", "real_eigenvalues", "prop34_choice", "gamma", "lower_bound",
            "adversarial_input", "edge_regime_input", "edge_regime_lower_bound", "large_radius_limit",
-           "head_attention", "head_lipschitz", "attention_jacobian", "multihead",
+           "head_attention", "head_lipschitz", "head_lipschitz_dense", "dense_head_jacobians",
+           "attention_jacobian", "multihead",
            # re-exports (castin_weighted, mass_splitting)
            "jacobian_formula", "dense_jacobian_formula", "weighted_attention", "weighted_probs",
            "weighted_jacobian_norm", "weighted_dense_jacobian", "covariances", "check_masses",
@@ -256,3 +257,30 @@ def attention_jacobian(X: Tensor, w: AttentionWeights, head: int, causal: bool =
     if not 0 <= head < w.h:
         raise ValueError(f"head index {head} out of range for h = {w.h}")
     return dense_jacobian_formula(X, w.A()[head], w.VO()[head], causal=causal)
+
+
+def _single_head(Xs, wq, wk, wv, wo, bq, bk, bv, causal: bool):
+    """One head on one sequence: Xs (n, d) -> (n, d) (building block of the dense oracle)."""
+    S = (Xs @ wq + bq) @ (Xs @ wk + bk).T / math.sqrt(wq.shape[-1])
+    if causal:
+        S = S.masked_fill(causal_mask(Xs.shape[0], Xs.device), float("-inf"))
+    return torch.softmax(S, -1) @ (Xs @ wv + bv) @ wo
+
+
+def dense_head_jacobians(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
+    """Explicit per-head Jacobians by torch.func.jacrev (oracle for small sizes): (..., n, d) -> (..., h, nd, nd)."""
+    _check_w(w)
+    check_input(X, w.d)
+    n, d = X.shape[-2:]
+    Xf = X.reshape(-1, n, d)
+    z = torch.zeros(w.h, w.dh, dtype=w.dtype, device=w.device)
+    bq, bk, bv = (z if b is None else b for b in (w.bq, w.bk, w.bv))
+    jac = torch.func.jacrev(lambda Xs, *p: _single_head(Xs, *p, causal))  # (n, d, n, d)
+    per_head = torch.func.vmap(jac, in_dims=(None, 0, 0, 0, 0, 0, 0, 0))
+    J = torch.func.vmap(per_head, in_dims=(0,) + (None,) * 7)(Xf, w.wq, w.wk, w.wv, w.wo, bq, bk, bv)
+    return J.reshape(*X.shape[:-2], w.h, n * d, n * d)
+
+
+def head_lipschitz_dense(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
+    """||Df_l(X)|| per head from the dense jacrev Jacobian and an SVD (small sizes only): (..., h)."""
+    return torch.linalg.matrix_norm(dense_head_jacobians(X, w, causal), ord=2)
