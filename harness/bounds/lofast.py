@@ -1,0 +1,177 @@
+"""LoFAST (Havens et al.): local sensitivity bounds of (residual) multi-head self-attention, MATH.md §1.
+
+F(X) = H X + sum_l P_l(X) X VO_l with H = I (residual=True) or 0. For ||X' - X||_F <= eps (Theorem 1):
+
+    ||F(X') - F(X)||_F <= eps * ( zeta(X) + c/sqrt(dh) sum_l (m_l + ||B_l|| eps)(||X VO_l|| + ||VO_l|| eps) )
+                        = delta1 + sum_l delta21_l * delta22_l
+
+with zeta (Lemma 1, eq. 12, exact), m_l = ||M_l(X)|| (Lemma 2, eq. 20, exact; fine=True) or xi_l (eq. 21,
+fine=False), c = softmax_lip (1 in the paper; 1/2 is also valid, JaSMin Cor. 1).
+
+Every function takes X (n, d) or (..., n, d), follows X's device and dtype (the weights are cast to it) and
+returns plain tensors: (...,) per input or (..., h) per head. Exact norms are computed matrix-free by power
+iteration (harness.kernels.power); pass return_info=True to get (value, LofastInfo) with convergence flags.
+
+Biases (beyond the paper, derived): bo and bv cancel in Delta_1, so zeta is exact for the biased layer (its
+P_l include bq, bk). For Delta_2 the biased scores change by Gamma wq K^T + Q wk^T Gamma^T + Gamma B Gamma^T
+with Q = X wq + bq, K = X wk + bk, so m_l and xi_l use Q, K in place of X B, B X^T, and the value term uses
+V_l = (X wv_l + bv_l) wo_l in place of X VO_l. Without biases all of these are exactly the paper's quantities.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+
+from harness.bounds.lofast_ops import (MOperator, ZetaOperator, check_eps, check_softmax_lip, prepare, prod_norm,
+                                       query_key, spec)
+from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
+from harness.kernels.attention import AttentionWeights, probs
+from harness.kernels.power import PowerResult, operator_norm
+
+Tensor = torch.Tensor
+Eps = Union[float, Tensor]
+
+__all__ = ["zeta", "m_norms", "xi", "delta1", "naive_delta1", "delta21", "delta22", "naive_delta22", "delta2",
+           "delta", "lipschitz_upper", "LofastInfo", "pgd_sensitivity", "pgd_delta1", "pgd_delta2", "pgd_delta21",
+           "pgd_delta22"]
+
+
+@dataclass
+class LofastInfo:
+    """Diagnostics of the power iterations behind a LoFAST value (None where a quantity was not needed)."""
+
+    converged: Tensor  # (...,) bool: every power iteration for this input converged
+    zeta: Optional[PowerResult] = None  # batch (...,)
+    m: Optional[PowerResult] = None  # batch (..., h)
+
+
+def _power(op, shape, event_dims, X, tol, iters, seed, v0, on_nonconvergence, kw) -> PowerResult:
+    """Top singular value of a matrix-free operator (Lanczos by default; tol=None: the dtype's default_tol)."""
+    return operator_norm(op.matvec, op.rmatvec, shape, event_dims, X.dtype, X.device, seed, v0,
+                         iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, **kw)
+
+
+def _out(value: Tensor, info: LofastInfo, return_info: bool):
+    return (value, info) if return_info else value
+
+
+# ---- exact metrics ----------------------------------------------------------------------------------------
+def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, tol: Optional[float] = None, iters: int = 2000,
+         seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False, on_nonconvergence: str = "warn",
+         **kw):
+    """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,)."""
+    w = prepare(X, w)
+    res = _power(ZetaOperator(X, w, residual), X.shape, 2, X, tol, iters, seed, v0, on_nonconvergence, kw)
+    return _out(res.value, LofastInfo(res.converged, zeta=res), return_info)
+
+
+def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
+            v0: Optional[Tensor] = None, return_info: bool = False, on_nonconvergence: str = "warn", **kw):
+    """Lemma 2 (eq. 20): exact ||M_l(X)|| of G -> G B_l X^T + X B_l G^T (B_l unscaled), all heads: (..., h)."""
+    w = prepare(X, w)
+    shape = (*X.shape[:-2], w.h, *X.shape[-2:])  # (..., h, n, d)
+    res = _power(MOperator(X, w), shape, 2, X, tol, iters, seed, v0, on_nonconvergence, kw)
+    return _out(res.value, LofastInfo(res.converged.all(-1), m=res), return_info)
+
+
+def xi(X: Tensor, w: AttentionWeights) -> Tensor:
+    """Eq. 21: xi_l(X) = ||B_l X^T|| + ||X B_l|| >= ||M_l(X)||: (..., n, d) -> (..., h)."""
+    w = prepare(X, w)
+    Q, K = query_key(X, w)  # (..., h, n, dh); X B_l = Q_l wk_l^T, B_l X^T = wq_l K_l^T
+    return prod_norm(w.wq, K) + prod_norm(Q, w.wk)
+
+
+# ---- Delta_1 (eqs. 9-12) ----------------------------------------------------------------------------------
+def delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, **power) -> Tensor:
+    """Lemma 1: max Delta_1 over the eps-ball = zeta(X) eps (exact): (...,)."""
+    e = check_eps(eps, X)
+    return zeta(X, w, residual, **power) * e
+
+
+def naive_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True) -> Tensor:
+    """Eq. 9: Delta_1 <= (||H|| + sum_l ||VO_l|| ||P_l(X)||) eps: (...,)."""
+    w = prepare(X, w)
+    e = check_eps(eps, X)
+    vo = prod_norm(w.wv, w.wo.transpose(-1, -2))  # (h,) ||VO_l||
+    s = (vo * spec(probs(X, w))).sum(-1)  # (...,)
+    return ((1.0 if residual else 0.0) + s) * e
+
+
+# ---- Delta_2 pieces (eqs. 13-22) --------------------------------------------------------------------------
+def _value_norm(X: Tensor, w: AttentionWeights) -> Tensor:
+    """||X VO_l|| (with bv: ||(X wv_l + bv_l) wo_l||): (..., h)."""
+    V = X.unsqueeze(-3) @ w.wv  # (..., h, n, dh)
+    if w.bv is not None:
+        V = V + w.bv[:, None, :]
+    return prod_norm(V, w.wo.transpose(-1, -2))
+
+
+def _head_eps(e: Tensor) -> Tensor:
+    return e.unsqueeze(-1) if e.dim() else e
+
+
+def delta21(X: Tensor, w: AttentionWeights, eps: Eps, fine: bool = True, softmax_lip: float = 1.0,
+            *, return_info: bool = False, **power):
+    """Eqs. 16-21: max ||P_l(X') - P_l(X)||_F <= c eps/sqrt(dh) (m_l + ||B_l|| eps), m_l = ||M_l|| or xi_l: (..., h)."""
+    c = check_softmax_lip(softmax_lip)
+    w = prepare(X, w)
+    e = _head_eps(check_eps(eps, X))
+    if fine:
+        m, info = m_norms(X, w, return_info=True, **power)
+    else:
+        m, info = xi(X, w), LofastInfo(torch.ones(X.shape[:-2], dtype=torch.bool, device=X.device))
+    b = prod_norm(w.wq, w.wk)  # (h,) ||B_l||
+    return _out(c * e / math.sqrt(w.dh) * (m + b * e), info, return_info)
+
+
+def delta22(X: Tensor, w: AttentionWeights, eps: Eps) -> Tensor:
+    """Eqs. 15/22 delta_22^(1): max ||X' VO_l|| <= ||X VO_l|| + ||VO_l|| eps: (..., h)."""
+    w = prepare(X, w)
+    e = _head_eps(check_eps(eps, X))
+    return _value_norm(X, w) + prod_norm(w.wv, w.wo.transpose(-1, -2)) * e
+
+
+def naive_delta22(X: Tensor, w: AttentionWeights, eps: Eps) -> Tensor:
+    """Eq. 22 delta_22^(2): ||VO_l|| (||X|| + eps) (+ sqrt(n) ||bv_l wo_l|| with a value bias): (..., h)."""
+    w = prepare(X, w)
+    e = _head_eps(check_eps(eps, X))
+    out = prod_norm(w.wv, w.wo.transpose(-1, -2)) * (spec(X).unsqueeze(-1) + e)
+    if w.bv is not None:
+        out = out + math.sqrt(X.shape[-2]) * (w.bv.unsqueeze(-2) @ w.wo).squeeze(-2).norm(dim=-1)
+    return out
+
+
+def delta2(X: Tensor, w: AttentionWeights, eps: Eps, fine: bool = True, softmax_lip: float = 1.0,
+           *, return_info: bool = False, **power):
+    """Eq. 14 with Theorem 1's pieces: Delta_2 <= sum_l delta21_l delta22_l: (...,)."""
+    d21, info = delta21(X, w, eps, fine, softmax_lip, return_info=True, **power)
+    return _out((d21 * delta22(X, w, eps)).sum(-1), info, return_info)
+
+
+# ---- Theorem 1 and its eps -> 0 limit --------------------------------------------------------------------
+def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, fine: bool = True,
+          softmax_lip: float = 1.0, *, return_info: bool = False, **power):
+    """Theorem 1: ||F(X') - F(X)||_F <= delta(X, eps) for ||X' - X||_F <= eps: (..., n, d) -> (...,)."""
+    w = prepare(X, w)
+    e = check_eps(eps, X)
+    z, zi = zeta(X, w, residual, return_info=True, **power)
+    d2, mi = delta2(X, w, e, fine, softmax_lip, return_info=True, **power)
+    info = LofastInfo(zi.converged & mi.converged, zeta=zi.zeta, m=mi.m)
+    return _out(z * e + d2, info, return_info)
+
+
+def lipschitz_upper(X: Tensor, w: AttentionWeights, residual: bool = True, fine: bool = True,
+                    softmax_lip: float = 1.0, *, return_info: bool = False, **power):
+    """lim_{eps->0} delta(X, eps)/eps = zeta + c/sqrt(dh) sum_l m_l ||X VO_l|| >= ||J_F(X)||: (...,)."""
+    c = check_softmax_lip(softmax_lip)
+    w = prepare(X, w)
+    z, zi = zeta(X, w, residual, return_info=True, **power)
+    if fine:
+        m, mi = m_norms(X, w, return_info=True, **power)
+    else:
+        m, mi = xi(X, w), LofastInfo(torch.ones_like(zi.converged))
+    val = z + c / math.sqrt(w.dh) * (m * _value_norm(X, w)).sum(-1)
+    return _out(val, LofastInfo(zi.converged & mi.converged, zeta=zi.zeta, m=mi.m), return_info)

@@ -1,0 +1,149 @@
+"""Matrix-free operators and input checks behind harness.bounds.lofast (LoFAST, MATH.md §1).
+
+Two linear operators on perturbations G in R^{n x d}, never materialized:
+- Lemma 1 (eq. 12): T_X(G) = H G + sum_l P_l(X) G VO_l, adjoint T_X^*(Y) = H^T Y + sum_l P_l^T Y VO_l^T.
+  In row-major vec (vec(G) = G.reshape(-1)) its matrix is H (x) I_d + sum_l P_l (x) VO_l^T.
+- Lemma 2 (eq. 20): M_l(G) = G B_l X^T + X B_l G^T (n x n), adjoint S -> S X B_l^T + S^T X B_l, B_l = wq_l wk_l^T.
+  With query/key biases the same maximum (Lemma 2's left side for the biased scores) is attained by
+  G -> G wq_l K_l^T + Q_l wk_l^T G^T with Q_l = X wq_l + bq_l, K_l = X wk_l + bk_l (equal to eq. 20 when the
+  biases are absent), which is what is implemented: all products go through the rank-dh factors
+  (cost O(n d dh + n^2 dh) per head and matvec, memory O(n^2 + n d) per head).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+
+from harness.kernels.attention import AttentionWeights, check_input, probs
+
+Tensor = torch.Tensor
+
+
+def prepare(X: Tensor, w: AttentionWeights) -> AttentionWeights:
+    """Validate (X, w) and return w on X's device and dtype (bounds follow X)."""
+    if not isinstance(w, AttentionWeights):
+        raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
+    check_input(X, w.d)
+    if w.dtype != X.dtype or w.device != X.device:
+        w = w.to(dtype=X.dtype, device=X.device)
+    return w
+
+
+def check_eps(eps: Union[float, Tensor], X: Tensor) -> Tensor:
+    """eps as a tensor on X's device/dtype broadcastable to the batch shape X.shape[:-2]; ValueError if bad."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, torch.Tensor)):
+        raise ValueError(f"eps must be a number or a tensor, got {type(eps).__name__}")
+    e = torch.as_tensor(eps, dtype=X.dtype, device=X.device)
+    if not torch.isfinite(e).all():
+        raise ValueError(f"eps must be finite, got {eps}")
+    if (e < 0).any():
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    try:
+        torch.broadcast_shapes(e.shape, X.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"eps of shape {tuple(e.shape)} does not broadcast to the batch shape {tuple(X.shape[:-2])}")
+    return e
+
+
+def check_softmax_lip(c: float) -> float:
+    """The row-softmax l2 Lipschitz constant used by eq. 17: any value >= 1/2 is valid (JaSMin Cor. 1)."""
+    if not isinstance(c, (int, float)) or isinstance(c, bool) or not math.isfinite(c):
+        raise ValueError(f"softmax_lip must be a finite number, got {c!r}")
+    if c < 0.5:
+        raise ValueError(f"softmax_lip = {c} is not a valid Lipschitz constant of the row softmax: "
+                         f"the sharp constant is 1/2 (JaSMin Cor. 1), so softmax_lip must be >= 0.5")
+    return float(c)
+
+
+def spec(A: Tensor) -> Tensor:
+    """Spectral norm over the last two axes: (..., m, p) -> (...,)."""
+    return torch.linalg.matrix_norm(A, ord=2)
+
+
+def prod_norm(a: Tensor, b: Tensor) -> Tensor:
+    """||a b^T|| for thin factors a (..., m, r), b (..., p, r), exactly via QR: (...,).
+
+    a = Qa Ra, b = Qb Rb with orthonormal Qa, Qb, so ||a b^T|| = ||Ra Rb^T|| (an r x r SVD, not m x p).
+    """
+    Ra = torch.linalg.qr(a, mode="r").R if a.shape[-2] > a.shape[-1] else a
+    Rb = torch.linalg.qr(b, mode="r").R if b.shape[-2] > b.shape[-1] else b
+    return spec(Ra @ Rb.transpose(-1, -2))
+
+
+# ---- Lemma 1 operator -------------------------------------------------------------------------------------
+class ZetaOperator:
+    """T_X(G) = H G + sum_l P_l G wv_l wo_l on G (..., n, d), batched over X's leading axes (Lemma 1)."""
+
+    def __init__(self, X: Tensor, w: AttentionWeights, residual: bool):
+        self.P = probs(X, w)  # (..., h, n, n), biases included
+        self.w = w
+        self.residual = residual
+
+    def matvec(self, G: Tensor) -> Tensor:  # (..., n, d) -> (..., n, d)
+        V = G.unsqueeze(-3) @ self.w.wv  # (..., h, n, dh)
+        Y = ((self.P @ V) @ self.w.wo).sum(-3)  # (..., n, d)
+        return Y + G if self.residual else Y
+
+    def rmatvec(self, Y: Tensor) -> Tensor:  # (..., n, d) -> (..., n, d)
+        U = Y.unsqueeze(-3) @ self.w.wo.transpose(-1, -2)  # (..., h, n, dh)
+        G = ((self.P.transpose(-1, -2) @ U) @ self.w.wv.transpose(-1, -2)).sum(-3)  # (..., n, d)
+        return G + Y if self.residual else G
+
+
+def zeta_dense_matrix(X: Tensor, w: AttentionWeights, residual: bool = True) -> Tensor:
+    """Explicit eq. 12 matrix H (x) I_d + sum_l P_l (x) VO_l^T (nd x nd) for one X (n, d): the dense oracle."""
+    n, d = X.shape
+    P = probs(X, w)  # (h, n, n)
+    VO = w.VO()  # (h, d, d)
+    T = sum(torch.kron(P[l], VO[l].T.contiguous()) for l in range(w.h))
+    if residual:
+        T = T + torch.kron(torch.eye(n, dtype=X.dtype, device=X.device), torch.eye(d, dtype=X.dtype, device=X.device))
+    return T
+
+
+# ---- Lemma 2 operator -------------------------------------------------------------------------------------
+def query_key(X: Tensor, w: AttentionWeights):
+    """Q_l = X wq_l + bq_l, K_l = X wk_l + bk_l: (..., n, d) -> two (..., h, n, dh) (unscaled)."""
+    Xh = X.unsqueeze(-3)  # (..., 1, n, d)
+    Q, K = Xh @ w.wq, Xh @ w.wk  # (..., h, n, dh)
+    if w.bq is not None:
+        Q = Q + w.bq[:, None, :]
+    if w.bk is not None:
+        K = K + w.bk[:, None, :]
+    return Q, K
+
+
+class MOperator:
+    """M_l(X): G -> G B_l X^T + X B_l G^T for all heads at once; G (..., h, n, d) -> S (..., h, n, n) (eq. 20)."""
+
+    def __init__(self, X: Tensor, w: AttentionWeights):
+        self.Q, self.K = query_key(X, w)  # (..., h, n, dh)
+        self.w = w
+
+    def matvec(self, G: Tensor) -> Tensor:  # (..., h, n, d) -> (..., h, n, n)
+        Gq = G @ self.w.wq  # (..., h, n, dh) = G wq_l
+        Gk = G @ self.w.wk
+        return Gq @ self.K.transpose(-1, -2) + self.Q @ Gk.transpose(-1, -2)
+
+    def rmatvec(self, S: Tensor) -> Tensor:  # (..., h, n, n) -> (..., h, n, d)
+        return ((S @ self.K) @ self.w.wq.transpose(-1, -2)
+                + (S.transpose(-1, -2) @ self.Q) @ self.w.wk.transpose(-1, -2))
+
+
+def m_dense_matrix(X: Tensor, w: AttentionWeights, l: int) -> Tensor:
+    """Explicit eq. 20 matrix M_l(X) (n^2 x nd) for one bias-free X (n, d), from the paper's formula.
+
+    M_l = I_n (x) [x_1^T B^T; ...; x_n^T B^T] + sum_i (e_i (x) I_n) (x) (x_i^T B), B = wq_l wk_l^T,
+    acting on the row-major vec of G (rows Gamma_1, ..., Gamma_n stacked) and returning beta_{ij} at i*n+j.
+    """
+    w.require_no_bias("m_dense_matrix (eq. 20 as printed)")
+    n, d = X.shape
+    B = w.B()[l]  # (d, d)
+    eye = torch.eye(n, dtype=X.dtype, device=X.device)
+    rows = torch.stack([X[j] @ B.T for j in range(n)])  # (n, d): x_j^T B^T
+    M = torch.kron(eye, rows)
+    for i in range(n):
+        M = M + torch.kron(torch.kron(eye[:, i:i + 1], eye), (X[i] @ B)[None, :])
+    return M
