@@ -273,3 +273,19 @@ def test_bad_inputs():
     wb = AttentionWeights.random(4, 2, generator=g, bias=True)
     with pytest.raises(ValueError, match="bias"):
         castin.lower_bound(wb, 4, 1.0)
+
+
+def test_appendix_c7_quadratic_growth():
+    g = _gen(9)
+    w = AttentionWeights.random(4, 2, scale=1.0, generator=g)
+    vals = []
+    for R in (2.0, 4.0, 8.0):
+        X = castin.quadratic_example_input(w, 0, 7, R)
+        assert float(X[0].abs().max()) == 0 and float(X.norm(dim=-1).max()) == pytest.approx(R)
+        lb = castin.first_token_lower_bound(X, w)  # (h,)
+        true = castin.head_lipschitz_dense(X, w)
+        assert bool((lb <= true * (1 + 1e-9)).all())
+        vals.append(float(lb[0]))
+    assert 3.5 < vals[2] / vals[1] < 4.5  # ~ R^2
+    with pytest.raises(ValueError, match="x_1 = 0"):
+        castin.first_token_lower_bound(torch.ones(3, 4, dtype=DT), w)

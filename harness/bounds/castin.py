@@ -32,7 +32,7 @@ from harness.kernels.power import jacobian_norm
 Tensor = torch.Tensor
 
 __all__ = ["bound", "meanfield_bound", "real_eigenvalues", "prop34_choice", "gamma", "lower_bound",
-           "adversarial_input", "edge_regime_input", "edge_regime_lower_bound", "large_radius_limit",
+           "adversarial_input", "quadratic_example_input", "first_token_lower_bound", "edge_regime_input", "edge_regime_lower_bound", "large_radius_limit",
            "head_attention", "head_lipschitz", "head_lipschitz_dense", "dense_head_jacobians",
            "attention_jacobian", "multihead",
            # re-exports (castin_weighted, mass_splitting)
@@ -220,6 +220,47 @@ def large_radius_limit(X: Tensor, w: AttentionWeights, causal: bool = False) -> 
     counts = torch.nn.functional.one_hot(jstar, X.shape[-2]).sum(-2)  # (..., h, n)
     v = torch.linalg.matrix_norm(w.VO(), ord=2)
     return v * counts.amax(-1).to(X.dtype).sqrt()
+
+
+def quadratic_example_input(w: AttentionWeights, head: int, n: int, R: float) -> Tensor:
+    """App. C.7 (after Kim et al.): x_1 = 0, the other tokens at +-R v alternately on a line: (n, d).
+
+    Row 1 attends uniformly (s_1j = 0), so Cov_1 is the empirical variance ~ R^2 v v^T. v is the unit vector,
+    among the singular vectors of A_l and VO_l, maximizing ||VO_l^T v|| ||A_l v|| (= ||VO^T v v^T A_c||).
+    """
+    _check_w(w)
+    w.require_no_bias("Castin App. C.7 example")
+    if not 0 <= head < w.h:
+        raise ValueError(f"head index {head} out of range for h = {w.h}")
+    if not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    R = float(_check_radius(R, "R"))
+    A, V = w.A()[head], w.VO()[head]
+    cands = torch.cat([torch.linalg.svd(M).U.T for M in (A, A.T, V, V.T)])  # (4d, d) unit vectors
+    score = (cands @ V).norm(dim=-1) * (cands @ A.T).norm(dim=-1)  # ||V^T v|| ||A v||
+    v = cands[score.argmax()]
+    signs = torch.tensor([(-1.0) ** j for j in range(n - 1)], dtype=w.dtype, device=w.device)
+    return torch.cat([torch.zeros(1, w.d, dtype=w.dtype, device=w.device), R * signs[:, None] * v[None]])
+
+
+def first_token_lower_bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
+    """||VO_l^T (P_11 I + Cov_1 A_c)||, exact lower bound of ||Df_l(X)|| when x_1 = 0 (moving only token 1,
+    reading only output 1, Lemma C.2): (..., n, d) -> (..., h). Grows like the variance of the tokens (App. C.7).
+    """
+    _check_w(w)
+    check_input(X, w.d)
+    w.require_no_bias("first_token_lower_bound")
+    if float(X[..., 0, :].abs().max()) != 0.0:
+        raise ValueError("first_token_lower_bound needs x_1 = 0 (App. C.7 configuration)")
+    A, V = w.A(), w.VO()  # (h, d, d)
+    S = X.unsqueeze(-3) @ A @ X.unsqueeze(-3).transpose(-1, -2)  # (..., h, n, n)
+    if causal:  # row 1 of a causal map sees only token 1: Cov_1 = 0, P_11 = 1
+        S = S.masked_fill(causal_mask(X.shape[-2], X.device), float("-inf"))
+    P = torch.softmax(S, -1)
+    cov1 = covariances(X.unsqueeze(-3), P)[..., 0, :, :]  # (..., h, d, d)
+    eye = torch.eye(w.d, dtype=X.dtype, device=X.device)
+    M = V.transpose(-1, -2) @ (P[..., 0, 0, None, None] * eye + cov1 @ A.transpose(-1, -2))  # V^T(P_11 I + Cov_1 A_c)
+    return torch.linalg.matrix_norm(M, ord=2)
 
 
 # ---- true per-head local Lipschitz constants ---------------------------------------------------------------
