@@ -1,5 +1,4 @@
 """JaSMin (paper 002): Theorem 3 per head >= the true local Lipschitz constant, Theorem 4 interlacing, regularizers."""
-import math
 
 import pytest
 import torch

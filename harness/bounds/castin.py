@@ -16,7 +16,7 @@ sqrt(R^2 + 1)), a valid bound for the biased layer; the lower-bound construction
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Union
 
 import torch
 
@@ -32,7 +32,8 @@ from harness.kernels.power import jacobian_norm
 Tensor = torch.Tensor
 
 __all__ = ["bound", "meanfield_bound", "real_eigenvalues", "prop34_choice", "gamma", "lower_bound",
-           "adversarial_input", "quadratic_example_input", "first_token_lower_bound", "edge_regime_input", "edge_regime_lower_bound", "large_radius_limit",
+           "adversarial_input", "quadratic_example_input", "first_token_lower_bound", "edge_regime_input",
+           "edge_regime_lower_bound", "large_radius_limit",
            "head_attention", "head_lipschitz", "head_lipschitz_dense", "dense_head_jacobians",
            "attention_jacobian", "multihead",
            # re-exports (castin_weighted, mass_splitting)
@@ -181,7 +182,10 @@ def adversarial_input(w: AttentionWeights, head: int, n: int, radius: float) -> 
 # ---- Prop. 3.6 (edge regime) and Thm 3.7 (large radius) ----------------------------------------------------
 
 def edge_regime_input(w: AttentionWeights, head: int, R: float):
-    """Prop. 3.6's two Diracs for head l: X (2, d) = (Ru, Ru/2) or (-Ru, Ru), masses (p, 1-p), (1-p)/p = 3 e^{gamma R^2}."""
+    """Prop. 3.6's two Diracs for head l: X (2, d) = (Ru, Ru/2) or (-Ru, Ru), masses (p, 1-p).
+
+    (1-p)/p = 3 e^{gamma R^2}: the edge regime where Thm 3.3 and Thm 3.5 grow alike.
+    """
     X = adversarial_input(w, head, 2, R)
     g = float(prop34_choice(w)[head]["gamma"])
     p = 1.0 / (1.0 + 3.0 * math.exp(g * float(R) ** 2))
