@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness.bounds import castin
+from harness.bounds import castin, jasmin
 from harness.kernels.attention import AttentionWeights, attention
 from harness.kernels.pgd import pgd_maximize
 
@@ -136,6 +136,7 @@ def test_prop34_lower_bound_at_adversarial_input():
                         assert lb[l] <= true * (1 + 1e-9)
                         assert true <= 10 * lb[l]  # fairly tight (measured ratio 1.1 - 5)
                         assert true <= float(castin.bound(Xa, ww)[l])
+                        assert true <= float(jasmin.bound(Xa, ww)[l]) * (1 + 1e-9)  # stress input for JaSMin too
 
 
 def test_gamma_matches_eigenvalues_and_complex_case():
