@@ -89,3 +89,68 @@ def test_load_sst2_ids():
     ids, y, mask = text.load_sst2("dev", max_len=16, return_mask=True)
     assert ids.shape == (872, 16) and ids.dtype == torch.long and y.shape == (872,)
     assert (ids[:, 0] == 101).all() and (mask.sum(1) >= 3).all()
+
+
+# ---- images -----------------------------------------------------------------------------------------------
+from harness.data.images import load_images  # noqa: E402
+
+
+def _check_images(X, y, info, shape, n_classes):
+    assert X.dtype == torch.float32 and y.dtype == torch.long and X.shape[1:] == shape and len(X) == len(y)
+    assert X.min() >= 0 and X.max() <= 1 and y.min() >= 0 and y.max() < n_classes
+    assert info["n_classes"] == n_classes and len(info["classes"]) == n_classes and info["source"]
+
+
+def test_synthetic_and_digits():
+    X, y, info = load_images("synthetic", split="test", limit=50)
+    _check_images(X, y, info, (1, 28, 28), 10)
+    assert len(X) == 50
+    X2, _, _ = load_images("synthetic", split="test", limit=50)
+    assert torch.equal(X, X2)
+    X2[0] = 7  # callers get copies, the in-memory cache stays intact
+    assert torch.equal(load_images("synthetic", split="test", limit=50)[0], X)
+    Xd, yd, info = load_images("digits", split="train")
+    _check_images(Xd, yd, info, (1, 8, 8), 10)
+    Xt, _, _ = load_images("digits", split="test")
+    assert len(Xd) + len(Xt) == 1797
+
+
+def test_fashion_mnist():
+    from harness.data import paths as P
+
+    try:
+        P.fashion_mnist_dir()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    X, y, info = load_images("fashion_mnist", split="test", limit=100)
+    _check_images(X, y, info, (1, 28, 28), 10)
+    assert info["classes"][9] == "Ankle boot" and y[:3].tolist() == [9, 2, 1]
+
+
+def test_image_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="ATTNLIP_CIFAR10"):
+        load_images("cifar10", root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="ATTNLIP_FASHION_MNIST"):
+        load_images("fashion_mnist", root=tmp_path / "none")
+    with pytest.raises(ValueError, match="unknown image dataset"):
+        load_images("svhn")
+    with pytest.raises(ValueError, match="split"):
+        load_images("synthetic", split="val")
+
+
+def test_cifar10_pickle_format(tmp_path):
+    import pickle
+
+    import numpy as np
+
+    d = tmp_path / "cifar-10-batches-py"
+    d.mkdir()
+    rng = np.random.RandomState(0)
+    for nm in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(d / nm, "wb") as f:
+            pickle.dump({b"data": rng.randint(0, 256, (4, 3072), dtype=np.uint8), b"labels": list(range(4))}, f)
+    X, y, info = load_images("cifar10", root=tmp_path, split="train")
+    _check_images(X, y, info, (3, 32, 32), 10)
+    assert len(X) == 20
+    raw = pickle.load(open(d / "data_batch_1", "rb"))[b"data"][0]
+    assert torch.allclose(X[0, 0, 0, :3], torch.tensor(raw[:3] / 255.0, dtype=torch.float32))

@@ -6,6 +6,15 @@ from harness.kernels.attention import attention, probs
 
 hf = pytest.importorskip("harness.models.hf")
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small models run fastest on one thread on the shared CPU."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
+
 TINY = {
     "bert-base-uncased": {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
                           "intermediate_size": 64},
@@ -78,3 +87,113 @@ def test_minilm_roundtrip():
     assert not info["causal"]
     ids = tok(["Alice was beginning to get very tired of sitting by her sister"], return_tensors="pt")["input_ids"]
     _check_roundtrip(model, ids, [0, 5], causal=False)
+
+
+# ---- ViT, regularizers, training -----------------------------------------------------------------------------
+from harness.data.images import load_images  # noqa: E402
+from harness.kernels.softmax import g_k  # noqa: E402
+from harness.models import regularizers as R  # noqa: E402
+from harness.models.train import train_classifier  # noqa: E402
+from harness.models.vit import ViT, attend, vit_for  # noqa: E402
+from harness.registry import Context  # noqa: E402
+
+
+def _tiny_vit(**kw):
+    torch.manual_seed(0)
+    return ViT(image_size=8, patch=2, in_chans=1, n_classes=3, d=16, depth=2, heads=4, **kw).double()
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_vit_attention_is_the_kernel(qkv_bias):
+    m = _tiny_vit(qkv_bias=qkv_bias)
+    with torch.no_grad():
+        for b in m.blocks:  # non-zero biases so they are exercised
+            for p in (b.attn.bq, b.attn.bk, b.attn.bv, b.attn.bo):
+                if p is not None:
+                    p.normal_()
+    x = torch.rand(2, 1, 8, 8, dtype=torch.float64)
+    logits, Ps, Xs = m(x, return_attn=True)
+    assert logits.shape == (2, 3) and len(Ps) == 2 and Ps[0].shape == (2, 4, 17, 17) and Xs[1].shape == (2, 17, 16)
+    assert torch.equal(m(x), logits)
+    for l, blk in enumerate(m.blocks):
+        w = m.attention_weights(l)
+        assert w.has_bias == True and (w.bq is not None) == qkv_bias  # noqa: E712
+        assert torch.allclose(probs(Xs[l], w), Ps[l], atol=1e-14)
+        assert torch.allclose(attention(Xs[l], w), blk.attn(Xs[l])[0], atol=1e-13)
+        assert torch.allclose(attend(Xs[l], w, causal=True)[0], attention(Xs[l], w, causal=True), atol=1e-13)
+    with torch.no_grad():
+        assert torch.allclose(Xs[0], m.blocks[0].ln1(m.tokens(x)))
+    assert m.attention_weights(-1).bo is not None and m.attention_weights(0, with_bo=False).bo is None
+    with pytest.raises(ValueError, match="do not match"):
+        m(torch.rand(2, 1, 9, 9, dtype=torch.float64))
+    with pytest.raises(ValueError, match="out of range"):
+        m.attention_weights(2)
+
+
+def test_vit_for_shapes():
+    assert vit_for((1, 28, 28), 10, d=16, depth=1, heads=2).n_tokens == 17
+    assert vit_for((3, 32, 32), 10, d=16, depth=1, heads=2).n_tokens == 17
+
+
+def test_specformer_sigma_matches_svd_and_grad():
+    m = _tiny_vit()
+    reg = R.Specformer(1.0, 0.0, 0.5, iters=500)
+    s = reg.sigmas(m)
+    for l, blk in enumerate(m.blocks):
+        for name in ("Wq", "Wk", "Wv"):
+            M = R.head_matrices(getattr(blk.attn, name), 4)  # (h, d, dh)
+            ref = torch.linalg.matrix_norm(M, ord=2)
+            assert torch.allclose(s[name][l], ref, rtol=1e-6) and (s[name][l] <= ref * (1 + 1e-12)).all()
+            assert torch.allclose(M[1], getattr(blk.attn, name)[:, 4:8])  # heads on the output axis
+    val = reg(m)
+    ref = sum(torch.linalg.matrix_norm(R.head_matrices(b.attn.Wq, 4), ord=2).square().sum()
+              + 0.5 * torch.linalg.matrix_norm(R.head_matrices(b.attn.Wv, 4), ord=2).square().sum() for b in m.blocks)
+    assert torch.allclose(val, ref, rtol=1e-6)
+    val.backward()
+    assert m.blocks[0].attn.Wq.grad is not None and m.blocks[0].attn.Wk.grad is None
+    assert R.Specformer.variant("k", 1e-2).cfg["lam_k"] == 1e-2 and R.Specformer.variant("k", 1e-2).cfg["lam_q"] == 0
+    with pytest.raises(ValueError):
+        R.Specformer.variant("qk", 1.0)
+
+
+@pytest.mark.parametrize("k,agg", [(0, "mean"), (0, "max"), (5, "mean"), (5, "max")])
+def test_jasmin_regularizer_matches_formula(k, agg):
+    m = _tiny_vit()
+    _, Ps, _ = m(torch.rand(3, 1, 8, 8, dtype=torch.float64), return_attn=True)
+    reg = R.JaSMin(k, 0.1, agg)
+    ref = 0.0
+    for P in Ps:  # (B, h, n, n): sum over heads, agg over queries, mean over batch
+        t = torch.log(g_k(P, 1) + 1e-12) - (torch.log(g_k(P, k) + 1e-12) if k else 0)
+        ref = ref + (t.amax(-1) if agg == "max" else t.mean(-1)).mean(0).sum()
+    assert torch.allclose(reg(m, Ps), 0.1 * ref, rtol=1e-10)
+    assert torch.allclose(R._local_jasmin_penalty(Ps, k, agg), ref, rtol=1e-10)
+    assert R.from_cfg(reg.cfg).cfg == reg.cfg
+    with pytest.raises(ValueError):
+        R.JaSMin(1, 0.1)
+
+
+def _synthetic_data():
+    tr = load_images("synthetic", split="train", size=8, n_classes=3, n_synthetic=256)
+    te = load_images("synthetic", split="test", size=8, n_classes=3, n_synthetic=64)
+    return (tr[0], tr[1]), (te[0], te[1])
+
+
+def test_training_decreases_loss_and_cache_hits(tmp_path):
+    ctx = Context(cache_dir=tmp_path, progress=False)
+    cfg = {"dataset": "synthetic", "model": {"d": 16, "depth": 1, "heads": 2}, "epochs": 3, "batch_size": 32,
+           "lr": 3e-3, "seed": 1}
+    data = _synthetic_data()
+    m1 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)
+    mt = m1.train_metrics
+    curve = mt["loss_curve"]
+    assert not m1.cached and mt["steps"] == 24 and mt["step_time_mean_s"] > 0
+    assert sum(curve[-4:]) / 4 < sum(curve[:4]) / 4 - 0.1, curve
+    assert mt["test_acc"] > 0.5
+    m2 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)
+    assert m2.cached and m2.train_metrics == mt
+    for a, b in zip(m1.state_dict().values(), m2.state_dict().values()):
+        assert torch.equal(a, b)
+    m3 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-2), data=data)  # other regularizer: new key
+    assert not m3.cached
+    with pytest.raises(ValueError, match="unknown training cfg"):
+        train_classifier({"epoch": 1}, ctx, data=data)

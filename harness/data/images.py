@@ -1,0 +1,129 @@
+"""Offline image datasets as float tensors in [0, 1]: Fashion-MNIST (idx .gz), sklearn digits, CIFAR-10 (pickle),
+and a synthetic learnable set for tests. Decoded arrays are cached in memory only."""
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+import pickle
+from pathlib import Path
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from harness.data import paths
+
+DATASETS = ("fashion_mnist", "digits", "cifar10", "synthetic")
+FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot")
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """Decode a gzipped idx file (big-endian header: magic, dims) into a uint8 array."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic = int.from_bytes(data[:4], "big")
+    if magic >> 8 != 0x08:  # 0x0000 08 nd: unsigned byte
+        raise ValueError(f"{path}: not an unsigned-byte idx file (magic {magic:#x})")
+    nd = magic & 0xFF
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(nd)]
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd)
+    if arr.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: truncated idx file ({arr.size} values, header says {dims})")
+    return arr.reshape(dims)
+
+
+@functools.lru_cache(maxsize=None)
+def _fashion(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    d = paths.fashion_mnist_dir(root)
+    stem = "train" if split == "train" else "t10k"
+    files = [d / f"{stem}-images-idx3-ubyte.gz", d / f"{stem}-labels-idx1-ubyte.gz"]
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"missing Fashion-MNIST file {f} (pass root=... or set {paths.FASHION_ENV})")
+    X = _read_idx(files[0])[:, None]  # (N, 1, 28, 28) uint8
+    y = _read_idx(files[1]).astype(np.int64)
+    if len(X) != len(y):
+        raise ValueError(f"Fashion-MNIST {split}: {len(X)} images but {len(y)} labels in {d}")
+    return X, y, str(d)
+
+
+@functools.lru_cache(maxsize=None)
+def _digits(split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    """sklearn's 8x8 digits (1,797 images, values 0..16); a fixed seeded 80/20 train/test split."""
+    from sklearn.datasets import load_digits
+
+    b = load_digits()
+    perm = np.random.RandomState(0).permutation(len(b.target))
+    n_test = len(perm) // 5
+    idx = perm[n_test:] if split == "train" else perm[:n_test]
+    X = (b.images[idx] / 16.0)[:, None].astype(np.float32)  # (N, 1, 8, 8) in [0, 1]
+    return X, b.target[idx].astype(np.int64), "sklearn.datasets.load_digits (seeded 80/20 split)"
+
+
+@functools.lru_cache(maxsize=None)
+def _cifar10(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    d = paths.cifar10_dir(root)
+    names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+    xs, ys = [], []
+    for nm in names:
+        f = d / nm
+        if not f.is_file():
+            raise FileNotFoundError(f"missing CIFAR-10 batch {f} (python pickle format, cifar-10-batches-py)")
+        with open(f, "rb") as fh:
+            batch = pickle.load(fh, encoding="bytes")
+        xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(batch[b"labels"], dtype=np.int64))
+    return np.concatenate(xs), np.concatenate(ys), str(d)
+
+
+@functools.lru_cache(maxsize=None)
+def _synthetic(split: str, size: int, channels: int, n_classes: int, n: int) -> Tuple[np.ndarray, np.ndarray, str]:
+    """Class prototypes (smooth random blobs, seed 0) plus noise (seed by split), clipped to [0, 1]."""
+    proto_rng = np.random.RandomState(0)
+    coarse = proto_rng.rand(n_classes, channels, 4, 4)
+    protos = coarse.repeat(-(-size // 4), axis=2).repeat(-(-size // 4), axis=3)[:, :, :size, :size]
+    rng = np.random.RandomState(1 if split == "train" else 2)
+    y = rng.randint(0, n_classes, size=n)
+    X = np.clip(protos[y] + 0.15 * rng.randn(n, channels, size, size), 0, 1).astype(np.float32)
+    return X, y.astype(np.int64), "synthetic prototypes + noise"
+
+
+def load_images(name: str = "fashion_mnist", root: Optional[str | os.PathLike] = None, split: str = "train",
+                limit: Optional[int] = None, size: int = 28, channels: int = 1, n_classes: int = 10,
+                n_synthetic: Optional[int] = None):
+    """(X (N, C, H, W) float32 in [0, 1], y (N,) long, info) for fashion_mnist | digits | cifar10 | synthetic.
+
+    limit keeps the first `limit` examples (file order; digits/synthetic are already shuffled). size,
+    channels, n_classes, n_synthetic only shape the synthetic set (default 1x28x28, 10 classes, 1000/200).
+    info: name, split, classes, n_classes, shape (C, H, W), source.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be a positive int or None, got {limit}")
+    root_s = None if root is None else str(root)
+    if name == "fashion_mnist":
+        X, y, src = _fashion(root_s, split)
+        classes = FASHION_CLASSES
+    elif name == "digits":
+        X, y, src = _digits(split)
+        classes = tuple(str(i) for i in range(10))
+    elif name == "cifar10":
+        X, y, src = _cifar10(root_s, split)
+        classes = CIFAR10_CLASSES
+    elif name == "synthetic":
+        n = n_synthetic or (1000 if split == "train" else 200)
+        X, y, src = _synthetic(split, size, channels, n_classes, n)
+        classes = tuple(f"class{i}" for i in range(n_classes))
+    else:
+        raise ValueError(f"unknown image dataset {name!r}; choose one of {DATASETS}")
+    if limit is not None:
+        X, y = X[:limit], y[:limit]
+    Xt = torch.from_numpy(np.array(X))  # a private copy: the cached array stays untouched
+    Xt = Xt.float() / 255.0 if Xt.dtype == torch.uint8 else Xt.float()  # (N, C, H, W)
+    info = {"name": name, "split": split, "classes": list(classes), "n_classes": len(classes),
+            "shape": tuple(Xt.shape[1:]), "source": src}
+    return Xt, torch.from_numpy(np.array(y)).long(), info
