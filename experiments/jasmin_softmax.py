@@ -151,7 +151,7 @@ class JasminSoftmax(Experiment):
         gap = grids["g1"] - grids["jsm_norm_n3"]
         fig, axes = plotting.figure(1, 3, width=10.2, height=3.1)
         ext = (xs[0], xs[-1], xs[0], xs[-1])
-        panels = [(grids["g1"], r"(a) $g_1(x)=x_{(1)}(1-x_{(1)}+x_{(2)})$ (paper Fig. 1)", "viridis", (0, 0.5)),
+        panels = [(grids["g1"], r"(a) $g_1=x_{(1)}(1-x_{(1)}+x_{(2)})$", "viridis", (0, 0.5)),
                   (grids["jsm_norm_n3"], r"(b) exact $\|J_{sm}(p)\|$, $n=3$", "viridis", (0, 0.5)),
                   (gap, r"(c) $g_1-\|J_{sm}\|$, $n=3$ ($\geq 0$)", "magma", None)]
         for ax, (Z, title, cmap, lim) in zip(axes, panels):
@@ -174,6 +174,11 @@ class JasminSoftmax(Experiment):
             sub = sub.sort_values("n")
             axes[0].semilogx(sub["n"], sub["mean_g1_over_s1"], marker="o", label=f"T={T:g}")
             axes[1].semilogx(sub["n"], sub["frac_holds"], marker="o", label=f"T={T:g}")
+        ns = sorted(inter["n"].unique())
+        for ax in axes:
+            ax.set_xticks(ns)
+            ax.set_xticklabels([str(int(v)) for v in ns])
+            ax.minorticks_off()
         axes[0].axhline(1, color="gray", lw=0.8, ls="--")
         axes[0].set_xlabel("n")
         axes[0].set_ylabel(r"mean $g_1/\|J_{sm}\|$")

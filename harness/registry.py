@@ -170,16 +170,23 @@ def unregister(name: str) -> None:
 
 
 def load_module_file(path) -> Any:
-    """Import a Python file as a module (named after its stem, prefixed) so its experiments register."""
+    """Import a Python file as a module (named after its stem, prefixed) so its experiments register.
+
+    Re-executes it when the file content changed since the last load (its experiments re-register)."""
+    import hashlib
+
     path = Path(path).resolve()
     modname = f"_attnlip_ext_{path.stem}"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
     mod = sys.modules.get(modname)
-    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == path:
+    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == path and \
+            getattr(mod, "__attnlip_digest__", None) == digest:
         return mod
     spec = importlib.util.spec_from_file_location(modname, path)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot import experiment module file {path}")
     mod = importlib.util.module_from_spec(spec)
+    mod.__attnlip_digest__ = digest
     sys.modules[modname] = mod
     try:
         spec.loader.exec_module(mod)
@@ -246,7 +253,8 @@ def list_experiments(pattern: str = "*") -> List[str]:
 
 def get_experiment(name: str) -> Experiment:
     """The registered experiment `name`; a clear error listing close names otherwise."""
-    load_all()
+    if name not in _REGISTRY:
+        load_all()
     if name not in _REGISTRY:
         import difflib
 

@@ -151,24 +151,25 @@ def make_spec(exp: Experiment, task: CellTask, cfg: RunConfig, progress: bool) -
 
 
 def _resolve(spec: Dict[str, Any]) -> Experiment:
-    """The experiment in this (possibly fresh) process: registry, else its module by name, else by file."""
+    """The experiment in this (possibly fresh) process: import only its own module (by name, else by file),
+    falling back to loading every experiment module."""
+    import importlib
+
     name = spec["experiment"]
     if name not in _registry._REGISTRY:
+        mod, mfile = spec.get("module") or "", spec.get("module_file")
         with contextlib.suppress(Exception):
-            _registry.load_all()
+            if mod.startswith("_attnlip_ext_") and mfile:
+                _registry.load_module_file(mfile)
+            else:
+                try:
+                    importlib.import_module(mod)
+                except ImportError:
+                    if not mfile:
+                        raise
+                    _registry.load_module_file(mfile)
     if name not in _registry._REGISTRY:
-        mod = spec.get("module") or ""
-        if mod.startswith("_attnlip_ext_") and spec.get("module_file"):
-            _registry.load_module_file(spec["module_file"])
-        else:
-            import importlib
-
-            try:
-                importlib.import_module(mod)
-            except ImportError:
-                if not spec.get("module_file"):
-                    raise
-                _registry.load_module_file(spec["module_file"])
+        _registry.load_all()
     return _registry.get_experiment(name)
 
 

@@ -1,0 +1,63 @@
+"""Throw-away experiments for the harness tests, written to a temp file and loaded from there (not registered
+in experiments/). Behaviour is steered by environment variables so spawned workers see the same setting."""
+FAKE_SOURCE = '''
+import os
+import time
+
+from harness.registry import Experiment, MissingData, experiment
+
+
+def _count(tag):
+    with open(os.environ["ATTNLIP_TEST_COUNTER"], "a") as fh:
+        fh.write(tag + "\\n")
+
+
+@experiment
+class FakeSquares(Experiment):
+    """Fake: value = n^2 * mult."""
+
+    name = "_fake_squares"
+    figures_ref = ["Fake Fig. 0"]
+    VERSION = VERSION_PLACEHOLDER
+    grid = {"n": [1, 2, 3], "mult": [1.0, 2.0]}
+    quick = {"n": [1, 2]}
+    test = {"n": [1]}
+
+    def run(self, cell, ctx):
+        _count(f"{self.name} n={cell['n']} mult={cell['mult']}")
+        time.sleep(float(os.environ.get("ATTNLIP_TEST_SLEEP", "0")))
+        if os.environ.get("ATTNLIP_TEST_FAIL") == str(cell["n"]):
+            raise RuntimeError(f"boom at n={cell['n']}")
+        if os.environ.get("ATTNLIP_TEST_MISSING") == str(cell["n"]):
+            raise MissingData("fake data folder absent")
+        return [{"value": cell["n"] ** 2 * cell["mult"], "k": k, "ctx_seed": ctx.seed} for k in range(2)]
+
+    def figures(self, table, outdir):
+        from harness import plotting
+
+        fig, ax = plotting.figure()
+        ax.plot(table["n"], table["value"], "o")
+        return plotting.save(fig, outdir, "squares")
+
+    def summary(self, table):
+        return f"max value {table['value'].max()}"
+
+
+@experiment
+class FakeSlow(Experiment):
+    """Fake: eight cells for the kill/resume test."""
+
+    name = "_fake_slow"
+    grid = {"i": list(range(8))}
+
+    def run(self, cell, ctx):
+        _count(f"{self.name} i={cell['i']}")
+        time.sleep(float(os.environ.get("ATTNLIP_TEST_SLEEP", "0")))
+        return [{"i2": cell["i"] * 2}]
+'''
+
+
+def write_fake(path, version=None, extra=""):
+    """Write the fake experiments module to `path` (VERSION pinned or None) and return the path."""
+    path.write_text(FAKE_SOURCE.replace("VERSION_PLACEHOLDER", repr(version)) + extra)
+    return path

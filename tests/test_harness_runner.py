@@ -1,0 +1,292 @@
+"""Runner + cache behaviour (benchopt-style cache tests) on throw-away experiments in a temp dir."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import cache, cli, registry, runner
+from tests._harness_fakes import write_fake
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """Register the fake experiments from a temp module; env for counters; results dir in tmp."""
+    mod = write_fake(tmp_path / "fake_exps.py")
+    counter = tmp_path / "counter.txt"
+    counter.touch()
+    monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
+    for k in ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING"):
+        monkeypatch.delenv(k, raising=False)
+    registry.load_all()
+    registry.load_module_file(mod)
+
+    class F:
+        module = mod
+        results = tmp_path / "results"
+
+        @staticmethod
+        def count():
+            return counter.read_text().splitlines()
+
+        @staticmethod
+        def cfg(**kw):
+            kw.setdefault("figures", False)
+            kw.setdefault("progress", False)
+            return runner.RunConfig(results_dir=tmp_path / "results", **kw)
+
+    yield F
+    for n in ("_fake_squares", "_fake_slow"):
+        registry.unregister(n)
+    sys.modules.pop("_attnlip_ext_fake_exps", None)
+
+
+def _run(names, cfg):
+    return {r.name: r for r in runner.run(names, cfg, echo=lambda *a: None)}
+
+
+def _table(results_dir, name):
+    t = pd.read_csv(Path(results_dir) / name / "table.csv")
+    return t.sort_values(["cell", "k"] if "k" in t else ["cell"]).reset_index(drop=True)
+
+
+def test_second_run_computes_nothing(fake):
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert (r.computed, r.cached, r.failed) == (6, 0, 0)
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert (r.computed, r.cached, r.failed) == (0, 6, 0)
+    assert len(fake.count()) == 6
+    t = _table(fake.results, "_fake_squares")
+    assert len(t) == 12 and {"experiment", "cell", "seed", "device", "dtype", "n", "mult", "value"} <= set(t)
+    man = json.loads((fake.results / "_fake_squares" / "manifest.json").read_text())
+    assert man["complete"] and len(man["cells"]) == 6
+    assert all(c["wall_s"] >= 0 and c["peak_rss_mb"] > 0 for c in man["cells"])
+    assert man["versions"]["torch"] and man["git"] is not None
+
+
+def test_force_recomputes(fake):
+    _run(["_fake_squares"], fake.cfg())
+    r = _run(["_fake_squares"], fake.cfg(force=True))["_fake_squares"]
+    assert (r.computed, r.cached) == (6, 0)
+    assert len(fake.count()) == 12
+
+
+def test_keys_do_not_depend_on_order(fake):
+    exp = registry.get_experiment("_fake_squares")
+    code = cache.code_hash(exp)
+    k1 = cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "full", "cpu", code)
+    k2 = cache.cell_key("e", {"mult": 2.0, "n": 1}, 0, "float64", "full", "cpu", code)
+    assert k1 == k2
+    assert cache.cell_key("e", {"n": 1, "mult": 2.0}, 1, "float64", "full", "cpu", code) != k1  # seed
+    assert cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float32", "full", "cpu", code) != k1  # dtype
+    assert cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "full", "cuda:1", code) == \
+        cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "full", "cuda:0", code)
+    _run(["_fake_slow", "_fake_squares"], fake.cfg())
+    res = _run(["_fake_squares", "_fake_slow"], fake.cfg())
+    assert all(r.computed == 0 for r in res.values())
+    # a reordered --set selection hits the same cells
+    res = _run(["_fake_squares"], fake.cfg(overrides={"n": [3, 1]}))
+    assert res["_fake_squares"].computed == 0 and res["_fake_squares"].cached == 4
+
+
+def test_editing_module_invalidates_unless_version_pinned(fake):
+    _run(["_fake_squares"], fake.cfg())
+    write_fake(fake.module, extra="\n# an edit\n")
+    registry.load_module_file(fake.module)
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert r.computed == 6
+    # VERSION pins the module part: cosmetic edits keep the cache
+    write_fake(fake.module, version="1")
+    registry.load_module_file(fake.module)
+    assert _run(["_fake_squares"], fake.cfg())["_fake_squares"].computed == 6
+    write_fake(fake.module, version="1", extra="\n# cosmetic\n")
+    registry.load_module_file(fake.module)
+    assert _run(["_fake_squares"], fake.cfg())["_fake_squares"].computed == 0
+
+
+def test_editing_a_harness_dependency_invalidates(fake, monkeypatch):
+    exp = registry.get_experiment("_fake_squares")
+    deps = cache.code_deps(exp)
+    assert cache.HARNESS_ROOT / "registry.py" in deps and cache.HARNESS_ROOT / "cli.py" not in deps
+    before = cache.code_hash(exp)
+    real = cache._file_digest
+    monkeypatch.setattr(cache, "_file_digest",
+                        lambda p: real(p) + ("edited" if p.name == "registry.py" else ""))
+    assert cache.code_hash(exp) != before
+
+
+def test_import_closure_follows_helpers(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .kern import f\n")
+    (pkg / "sub" / "kern.py").write_text("from ..util import g\n")
+    (pkg / "util.py").write_text("X = 1\n")
+    (pkg / "unrelated.py").write_text("Y = 2\n")
+    (pkg / "dyn.py").write_text("import importlib\nimportlib.import_module('pkg.unrelated')\n")
+    exp = tmp_path / "exp.py"
+    exp.write_text("def run():\n    from pkg.sub import f  # function-level import\n")
+    got = {p.relative_to(tmp_path).as_posix() for p in cache.import_closure([exp], {"pkg": pkg})}
+    assert got == {"exp.py", "pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/kern.py", "pkg/util.py"}
+    h1 = cache.files_hash(cache.import_closure([exp], {"pkg": pkg}), tmp_path)
+    (pkg / "util.py").write_text("X = 2  # edited helper\n")
+    assert cache.files_hash(cache.import_closure([exp], {"pkg": pkg}), tmp_path) != h1
+    exp.write_text("import pkg.dyn\n")
+    assert cache.import_closure([exp], {"pkg": pkg}) is None  # dynamic import -> caller hashes everything
+
+
+def test_failed_cell_not_cached_and_retried(fake, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNLIP_TEST_FAIL", "2")
+    rc = cli.main(["_fake_squares", "--results-dir", str(fake.results), "--no-figures", "--no-progress"],
+                  out=lambda *a: None)
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "boom at n=2" in err and "RuntimeError" in err
+    t = _table(fake.results, "_fake_squares")
+    assert sorted(t["n"].unique()) == [1, 3]  # the other cells completed
+    assert (fake.results / "cache" / "failures" / "_fake_squares").is_dir()
+    monkeypatch.delenv("ATTNLIP_TEST_FAIL")
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert (r.computed, r.cached, r.failed) == (2, 4, 0)
+    assert not list((fake.results / "cache" / "failures" / "_fake_squares").glob("*.txt"))
+
+
+def test_missing_data_is_reported_not_fatal(fake, monkeypatch):
+    monkeypatch.setenv("ATTNLIP_TEST_MISSING", "3")
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert (r.computed, r.missing_data, r.failed) == (4, 2, 0) and r.ok
+
+
+def test_corrupt_cell_detected_and_recomputed(fake):
+    _run(["_fake_squares"], fake.cfg())
+    files = sorted((fake.results / "cache" / "cells" / "_fake_squares").glob("*.json"))
+    files[0].write_bytes(files[0].read_bytes()[:40])  # truncated
+    rec = json.loads(files[1].read_text())
+    rec["rows"][0]["value"] = 123.0  # edited without fixing the checksum
+    files[1].write_text(json.dumps(rec))
+    with pytest.raises(cache.CorruptCell):
+        cache.load_cell(files[0])
+    with pytest.raises(cache.CorruptCell, match="checksum"):
+        cache.load_cell(files[1])
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert (r.corrupt, r.computed, r.cached) == (2, 2, 4)
+    assert 123.0 not in set(_table(fake.results, "_fake_squares")["value"])
+
+
+def test_collect_rebuilds_from_cache_alone(fake):
+    _run(["_fake_squares"], fake.cfg(figures=True))
+    before = _table(fake.results, "_fake_squares")
+    import shutil
+
+    shutil.rmtree(fake.results / "_fake_squares")
+    rc = cli.main(["_fake_squares", "--collect", "--results-dir", str(fake.results), "--no-progress"],
+                  out=lambda *a: None)
+    assert rc == 0 and len(fake.count()) == 6
+    pd.testing.assert_frame_equal(_table(fake.results, "_fake_squares"), before)
+    assert (fake.results / "_fake_squares" / "figures" / "squares.png").is_file()
+    assert (fake.results / "_fake_squares" / "figures" / "squares.pdf").is_file()
+    assert (fake.results / "_fake_squares" / "table.parquet").is_file()
+    readme = (fake.results / "README.md").read_text()
+    assert "_fake_squares" in readme and "Fake Fig. 0" in readme and "squares.png" in readme
+    assert "max value 18" in readme
+    # collect with cells missing from the cache: reported, non-zero
+    rc = cli.main(["_fake_squares", "--collect", "--set", "n=4", "--results-dir", str(fake.results)],
+                  out=lambda *a: None)
+    assert rc == 1
+
+
+def test_process_and_submitit_match_serial(fake):
+    _run(["_fake_squares"], fake.cfg())
+    serial = _table(fake.results, "_fake_squares")
+    for ex in ("process", "submitit"):
+        cfg = fake.cfg(executor=ex, jobs=2, cluster="local" if ex == "submitit" else None)
+        cfg.results_dir = fake.results.parent / f"results_{ex}"
+        cfg.cache_dir = cfg.results_dir / "cache"
+        r = _run(["_fake_squares"], cfg)["_fake_squares"]
+        assert (r.computed, r.failed) == (6, 0), runner.format_errors([r])
+        pd.testing.assert_frame_equal(_table(cfg.results_dir, "_fake_squares"), serial)
+    assert len(fake.count()) == 18
+
+
+def test_unknown_experiment_is_a_clear_error(fake, capsys):
+    assert cli.main(["_fake_squaers", "--results-dir", str(fake.results)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown experiment '_fake_squaers'" in err and "_fake_squares" in err
+    assert cli.main(["--only", "zzz*", "--results-dir", str(fake.results)]) == 2
+    assert "matches no experiment" in capsys.readouterr().err
+    assert cli.main(["_fake_squares", "--set", "nope=1", "--results-dir", str(fake.results)]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_list_and_dry_run(fake):
+    _run(["_fake_squares"], fake.cfg(overrides={"n": [1]}))
+    lines = []
+    assert cli.main(["_fake_*", "--list", "--results-dir", str(fake.results)], out=lines.append) == 0
+    row = next(l for l in lines if l.startswith("_fake_squares"))
+    assert "Fake Fig. 0" in row and row.split()[-2:] == ["6", "2"]
+    lines = []
+    assert cli.main(["_fake_squares", "--dry-run", "--quick", "--set", "mult=2.0",
+                     "--results-dir", str(fake.results)], out=lines.append) == 0
+    assert "2 cells, 0 cached" in lines[0]  # quick is another scale: other keys
+    lines = []
+    cli.main(["_fake_squares", "--dry-run", "--results-dir", str(fake.results)], out=lines.append)
+    states = [l.split()[0] for l in lines[1:]]
+    assert states.count("cached") == 2 and states.count("missing") == 4
+
+
+def test_seed_reaches_cells(fake):
+    cli.main(["_fake_squares", "--seed", "7", "--set", "n=1", "--results-dir", str(fake.results),
+              "--no-figures"], out=lambda *a: None)
+    t = _table(fake.results, "_fake_squares")
+    assert set(t["seed"]) == {7} and set(t["ctx_seed"]) == {7}
+
+
+def test_stale_tmp_files_removed(fake):
+    d = fake.results / "cache" / "cells" / "_fake_squares"
+    d.mkdir(parents=True)
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = d / f".abc.json{cache.TMP_MARK}{socket.gethostname()}.{dead.pid}.xyz"
+    stale.write_text("{partial")
+    mine = d / f".def.json{cache.TMP_MARK}{socket.gethostname()}.{os.getpid()}.xyz"
+    mine.write_text("{in progress")
+    _run(["_fake_squares"], fake.cfg())
+    assert not stale.exists() and mine.exists()  # a live writer's temp file is left alone
+
+
+def test_sigkill_mid_run_resumes(fake):
+    env = dict(os.environ, ATTNLIP_EXPERIMENTS_PATH=str(fake.module), ATTNLIP_TEST_SLEEP="0.3",
+               PYTHONWARNINGS="ignore")
+    cells = fake.results / "cache" / "cells" / "_fake_slow"
+    proc = subprocess.Popen([sys.executable, str(REPO / "run_all.py"), "_fake_slow", "--results-dir",
+                             str(fake.results), "--no-figures", "--no-progress"], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and len(list(cells.glob("*.json"))) < 2 and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = {p.stem for p in cells.glob("*.json")}
+    assert 2 <= len(done) < 8, f"kill came too late/early: {len(done)} cells done"
+    for p in cells.glob("*.json"):
+        cache.load_cell(p)  # every visible cell file is complete
+    before = len(fake.count())
+    r = _run(["_fake_slow"], fake.cfg())["_fake_slow"]
+    assert r.cached == len(done) and r.computed == 8 - len(done) and r.failed == 0
+    recomputed = {l.split("i=")[1] for l in fake.count()[before:]}
+    finished_before = {str(c["i"]) for c in (json.loads((cells / f"{k}.json").read_text())["cell"] for k in done)}
+    assert not recomputed & finished_before
+    leftovers = [p for p in fake.results.rglob("*") if cache.TMP_MARK in p.name]
+    assert not leftovers
+    assert len(_table(fake.results, "_fake_slow")) == 8
