@@ -41,8 +41,10 @@ def check_eps(eps: Union[float, Tensor], X: Tensor) -> Tensor:
     if (e < 0).any():
         raise ValueError(f"eps must be >= 0, got {eps}")
     try:
-        torch.broadcast_shapes(e.shape, X.shape[:-2])
+        ok = torch.broadcast_shapes(e.shape, X.shape[:-2]) == X.shape[:-2]
     except RuntimeError:
+        ok = False
+    if not ok:
         raise ValueError(f"eps of shape {tuple(e.shape)} does not broadcast to the batch shape {tuple(X.shape[:-2])}")
     return e
 

@@ -1,0 +1,226 @@
+"""LoFAST bounds (harness.bounds.lofast) against dense float64 oracles and PGD lower bounds (MATH.md §1)."""
+import math
+import warnings
+
+import pytest
+import torch
+
+from harness.bounds import lofast as L
+from harness.bounds.lofast_ops import m_dense_matrix, zeta_dense_matrix
+from harness.kernels.attention import AttentionWeights, attention, scores
+from harness.kernels.power import NonConvergenceWarning, jacobian_norm
+
+DT = torch.float64
+RTOL = 1e-6
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: intra-op threads only add contention on the shared CI cores (7x slower measured)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make(seed, n=5, d=8, h=2, scale=1.0, xscale=1.0, batch=(), bias=False):
+    g = torch.Generator().manual_seed(seed)
+    w = AttentionWeights.random(d, h, scale=scale, dtype=DT, generator=g, bias=bias)
+    X = torch.randn(*batch, n, d, dtype=DT, generator=g) * xscale
+    return X, w
+
+
+def rel(a, b):
+    return float(((a - b).abs() / b.abs().clamp_min(1e-300)).max())
+
+
+# ---- dense oracles built from the paper's formulas (independent of the operators under test) -------------
+def kron_eq12(X, w, residual):
+    """H (x) I_d + sum_l P_l (x) VO_l^T (eq. 12 with the I_n -> I_d fix), row-major vec convention."""
+    n, d = X.shape
+    P = torch.softmax(scores(X, w), -1)
+    VO = w.wv @ w.wo
+    T = torch.zeros(n * d, n * d, dtype=X.dtype)
+    for l in range(w.h):
+        T += torch.kron(P[l], VO[l].T.contiguous())
+    if residual:
+        T += torch.kron(torch.eye(n, dtype=X.dtype), torch.eye(d, dtype=X.dtype))
+    return T
+
+
+def dense_eq20(X, B):
+    """M(X) = I_n (x) [x_j^T W^K W^Q^T]_j + sum_i (e_i (x) I_n) (x) (x_i^T W^Q W^K^T), B = W^Q W^K^T (eq. 20)."""
+    n, d = X.shape
+    I = torch.eye(n, dtype=X.dtype)
+    top = torch.cat([(X[j] @ B.T)[None] for j in range(n)])  # rows x_j^T B^T
+    M = torch.kron(I, top)
+    for i in range(n):
+        M += torch.kron(torch.kron(I[:, i:i + 1], I), (X[i] @ B)[None])
+    return M
+
+
+def spec(M):
+    return torch.linalg.matrix_norm(M, ord=2)
+
+
+# ---- exact quantities --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("seed,scale", [(0, 1.0), (1, 3.0), (2, 0.3)])
+def test_zeta_equals_kronecker_norm(seed, scale, residual):
+    X, w = make(seed, scale=scale)
+    K = kron_eq12(X, w, residual)
+    assert rel(L.zeta(X, w, residual), spec(K)) <= RTOL
+    # convention check: the Kronecker matrix is the Jacobian of G -> H G + sum_l P_l G VO_l (row-major vec)
+    P = torch.softmax(scores(X, w), -1)
+    lin = lambda G: (G if residual else 0) + (P @ G @ (w.wv @ w.wo)).sum(0)
+    J = torch.func.jacrev(lin)(torch.zeros_like(X)).reshape(X.numel(), X.numel())
+    assert torch.allclose(J, K, atol=1e-12)
+    assert torch.allclose(zeta_dense_matrix(X, w, residual), K, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed,scale,xscale", [(0, 1.0, 1.0), (1, 4.0, 0.5), (2, 0.5, 3.0)])
+def test_m_norms_equal_eq20(seed, scale, xscale):
+    X, w = make(seed, n=4, d=6, h=3, scale=scale, xscale=xscale)
+    B = w.wq @ w.wk.transpose(-1, -2)
+    dense = torch.stack([spec(dense_eq20(X, B[l])) for l in range(w.h)])
+    assert rel(L.m_norms(X, w), dense) <= RTOL
+    # eq. 20 maps vec(Gamma) to beta_ij = Gamma_i^T B x_j + x_i^T B Gamma_j (Lemma 2), i.e. the scores' derivative
+    G = torch.randn(4, 6, dtype=DT, generator=torch.Generator().manual_seed(seed))
+    beta = G @ B[0] @ X.T + X @ B[0] @ G.T
+    assert torch.allclose(dense_eq20(X, B[0]) @ G.reshape(-1), beta.reshape(-1), atol=1e-12)
+    assert torch.allclose(m_dense_matrix(X, w, 0), dense_eq20(X, B[0]), atol=1e-12)
+    Jsc = torch.func.jacrev(lambda Z: scores(Z, w) * math.sqrt(w.dh))(X)  # (h, n, n, n, d)
+    assert rel(L.m_norms(X, w), spec(Jsc.reshape(w.h, 16, 24))) <= RTOL
+
+
+def test_xi_dominates_m_and_matches_dense():
+    for seed in range(6):
+        X, w = make(seed, scale=1.0 + seed, xscale=0.5 + seed / 2)
+        m, x = L.m_norms(X, w), L.xi(X, w)
+        assert (x >= m * (1 - 1e-9)).all()
+        B = w.B()
+        assert rel(x, spec(B @ X.T) + spec(X @ B)) <= RTOL
+
+
+# ---- upper bounds >= PGD lower bounds -----------------------------------------------------------------------
+EPS = torch.tensor([1e-3, 0.03, 0.1, 0.3, 1.0, 2.0], dtype=DT)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("seed,scale", [(0, 0.5), (1, 1.0), (2, 3.0), (3, 8.0)])
+def test_theorem1_and_subbounds_dominate_pgd(seed, scale, residual):
+    X, w = make(seed, n=4, d=6, h=2, scale=scale, batch=(6,))
+    X = X * torch.tensor([0.2, 0.5, 1.0, 1.0, 2.0, 0.7], dtype=DT)[:, None, None]
+    kw = dict(steps=30, restarts=3, seed=seed)
+    sens = L.pgd_sensitivity(X, w, EPS, residual, **kw)
+    p21, p2 = L.pgd_delta21(X, w, EPS, **kw), L.pgd_delta2(X, w, EPS, **kw)
+    for fine in (True, False):
+        for c in (1.0, 0.5):
+            assert (L.delta(X, w, EPS, residual, fine, c) >= sens).all()
+            assert (L.delta21(X, w, EPS, fine, c) >= p21).all()
+            assert (L.delta2(X, w, EPS, fine, c) >= p2).all()
+    d1 = L.delta1(X, w, EPS, residual)
+    p1 = L.pgd_delta1(X, w, EPS, residual, **kw)
+    assert (p1 <= d1 * (1 + 1e-9)).all() and (p1 >= 0.8 * d1).all()  # Lemma 1 is exact; PGD gets close
+    assert (L.naive_delta1(X, w, EPS, residual) >= d1 * (1 - 1e-9)).all()
+    d22 = L.delta22(X, w, EPS)
+    assert (d22 >= L.pgd_delta22(X, w, EPS, **kw) * (1 - 1e-9)).all()
+    assert (L.naive_delta22(X, w, EPS) >= d22 * (1 - 1e-9)).all()
+    assert (L.delta(X, w, EPS, residual, fine=True) <= L.delta(X, w, EPS, residual, fine=False) * (1 + 1e-9)).all()
+
+
+def test_lipschitz_upper_dominates_jacobian_norm_and_is_the_limit():
+    for seed, scale in [(0, 1.0), (1, 3.0), (2, 6.0)]:
+        X, w = make(seed, n=5, d=8, h=2, scale=scale, batch=(4,))
+        for residual in (True, False):
+            J = jacobian_norm(lambda Z: attention(Z, w, residual=residual), X)
+            for fine in (True, False):
+                for c in (1.0, 0.5):
+                    assert (L.lipschitz_upper(X, w, residual, fine, c) >= J * (1 - 1e-9)).all()
+            up = L.lipschitz_upper(X, w, residual)
+            assert rel(L.delta(X, w, 1e-9, residual) / 1e-9, up) <= 1e-6
+            # PGD on eq. 5 at small eps recovers ||J|| (sanity of the lower bound machinery)
+            s = L.pgd_sensitivity(X, w, 1e-4, residual, steps=30, restarts=2) / 1e-4
+            assert (s >= 0.9 * J).all() and (s <= up).all()
+
+
+def test_biases_zeta_exact_and_bounds_valid():
+    X, w = make(5, n=4, d=6, h=2, scale=2.0, bias=True, batch=(3,))
+    for residual in (True, False):
+        z = L.zeta(X, w, residual)
+        assert rel(z, torch.stack([spec(kron_eq12(x, w, residual)) for x in X])) <= RTOL
+    # biased Lemma 2: exact norm of the scores' derivative (bq, bk enter through Q, K)
+    Jsc = torch.func.jacrev(lambda Z: scores(Z, w) * math.sqrt(w.dh))(X[0])
+    assert rel(L.m_norms(X[0], w), spec(Jsc.reshape(w.h, 16, 24))) <= RTOL
+    eps = torch.tensor([0.05, 0.5, 1.5], dtype=DT)
+    kw = dict(steps=30, restarts=3)
+    assert (L.delta(X, w, eps) >= L.pgd_sensitivity(X, w, eps, **kw)).all()
+    assert (L.delta(X, w, eps, fine=False, softmax_lip=0.5) >= L.pgd_sensitivity(X, w, eps, **kw)).all()
+    assert (L.delta2(X, w, eps) >= L.pgd_delta2(X, w, eps, **kw)).all()
+    assert (L.naive_delta22(X, w, eps) >= L.pgd_delta22(X, w, eps, **kw)).all()
+    assert (L.lipschitz_upper(X, w) >= jacobian_norm(lambda Z: attention(Z, w, residual=True), X)).all()
+
+
+# ---- batching, dtypes, devices, diagnostics -------------------------------------------------------------
+def test_batched_equals_per_sample():
+    X, w = make(7, batch=(2, 3), scale=2.0)
+    for f in (lambda Z: L.zeta(Z, w), lambda Z: L.zeta(Z, w, False), lambda Z: L.m_norms(Z, w),
+              lambda Z: L.xi(Z, w), lambda Z: L.delta(Z, w, 0.2), lambda Z: L.lipschitz_upper(Z, w),
+              lambda Z: L.naive_delta1(Z, w, 0.2), lambda Z: L.naive_delta22(Z, w, 0.2)):
+        out = f(X)
+        per = torch.stack([torch.stack([f(X[i, j]) for j in range(3)]) for i in range(2)])
+        assert out.shape == per.shape
+        assert rel(out, per) <= 1e-8
+
+
+def test_float32_agrees_with_float64():
+    """Stated tolerance: float32 results within 1e-4 relative of float64 (Lanczos tol 1e-5 in float32)."""
+    X, w = make(8, n=6, d=8, h=2, scale=1.5, batch=(3,))
+    X32, w32 = X.float(), w.to(torch.float32)
+    for f in (L.zeta, L.m_norms, L.xi, L.lipschitz_upper, lambda Z, v: L.delta(Z, v, 0.1)):
+        a, b = f(X, w), f(X32, w32)
+        assert b.dtype == torch.float32
+        assert rel(b.double(), a) <= 1e-4
+    assert L.zeta(X32, w).dtype == torch.float32  # weights follow X
+
+
+def test_return_info_and_nonconvergence_reported():
+    X, w = make(9, batch=(2,))
+    v, info = L.delta(X, w, 0.1, return_info=True)
+    assert torch.equal(v, L.delta(X, w, 0.1))
+    assert info.converged.shape == (2,) and bool(info.converged.all())
+    assert info.m.value.shape == (2, w.h) and info.zeta.value.shape == (2,)
+    with pytest.warns(NonConvergenceWarning):
+        _, info = L.m_norms(X, w, iters=1, return_info=True)
+    assert not bool(info.converged.all())
+
+
+def test_eps_zero_and_tensor_eps():
+    X, w = make(10, batch=(3,))
+    assert torch.equal(L.delta(X, w, 0.0), torch.zeros(3, dtype=DT))
+    assert torch.equal(L.pgd_sensitivity(X, w, 0.0, steps=3, restarts=1), torch.zeros(3, dtype=DT))
+    e = torch.tensor([0.1, 0.2, 0.3], dtype=DT)
+    per = torch.stack([L.delta(X[i], w, float(e[i])) for i in range(3)])
+    assert rel(L.delta(X, w, e), per) <= 1e-10
+
+
+# ---- bad input -----------------------------------------------------------------------------------------------
+def test_bad_inputs_raise_value_error():
+    X, w = make(11)
+    bad = [
+        lambda: L.delta(X, w, -0.1),
+        lambda: L.delta(X, w, float("nan")),
+        lambda: L.delta(X, w, torch.tensor([0.1, 0.2], dtype=DT)),  # eps does not match the batch
+        lambda: L.delta21(X, w, 0.1, softmax_lip=0.3),
+        lambda: L.zeta(X[:, :5], w),  # d mismatch
+        lambda: L.m_norms(torch.full_like(X, float("nan")), w),
+        lambda: L.xi(X[:0], w),  # empty sequence
+        lambda: L.zeta(X, "not weights"),
+        lambda: L.pgd_sensitivity(X, w, -1.0),
+        lambda: L.lipschitz_upper(X.long(), w),
+    ]
+    for f in bad:
+        with pytest.raises(ValueError):
+            f()
+    with pytest.raises(ValueError, match="bias"):
+        m_dense_matrix(X, make(0, bias=True)[1], 0)
