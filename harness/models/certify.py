@@ -1,0 +1,167 @@
+"""LoFAST Prop. 1 certification of LipTransformer classifiers by propagating eps layer by layer (MATH.md §1).
+
+For a stem input u (image or word embeddings) and ||u' - u|| <= eps:
+  tokens X0 move by <= L_in eps (L_in = stem Lipschitz constant); each block is LayerProject(1) (1-Lipschitz),
+  then residual attention, which maps a token perturbation e to delta(Z_k, e) (Theorem 1 at the block's
+  attention input Z_k), then LayerProject(sqrt d) and an SLL layer (both 1-Lipschitz); the head is
+  L_head-Lipschitz. The point is certified at eps iff it is classified correctly and its logit margin exceeds
+  sqrt(2) L_head e_final (Prop. 1). The certified radius is the largest such eps (bisection; delta is
+  increasing in eps).
+
+Bounds (`BOUNDS`): "naive" = eq. 9 for Delta_1 + the coarse Delta_2 (the paper's eq. 23 with eq. 9);
+"coarse" = Theorem 1 with xi_l (the paper's practical choice); "fine" = Theorem 1 with the exact ||M_l||
+(beyond the paper at this size); "sharp" = fine with the softmax constant 1/2 (JaSMin Cor. 1).
+The per-layer terms are computed once per input with harness.bounds.lofast (zeta, m_norms, xi,
+naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `layer_delta` equals
+harness.bounds.lofast.delta (tested).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from harness.bounds import lofast
+from harness.kernels.attention import AttentionWeights
+from harness.kernels.pgd import pgd_maximize
+from harness.models.lipvit import LipTransformer, block_inputs
+
+Tensor = torch.Tensor
+
+BOUNDS = ("naive", "coarse", "fine", "sharp")
+
+
+@dataclass
+class LayerTerms:
+    """Theorem 1 ingredients of one attention layer at its inputs Z (B, n, d)."""
+
+    zeta: Tensor  # (B,) Lemma 1
+    naive1: Tensor  # (B,) eq. 9 coefficient ||H|| + sum_l ||VO_l|| ||P_l(Z)||
+    m: Optional[Tensor]  # (B, h) exact ||M_l(Z)|| (None if not computed)
+    xi: Tensor  # (B, h) eq. 21
+    b: Tensor  # (h,) ||B_l|| (unscaled wq_l wk_l^T)
+    xvo: Tensor  # (B, h) ||Z VO_l||
+    vo: Tensor  # (h,) ||VO_l||
+    dh: int
+    converged: Tensor  # (B,) power iterations converged
+
+
+def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: bool = True, **power) -> LayerTerms:
+    """Per-input Theorem 1 terms of the attention layer w (H = I if residual else 0) at Z (B, n, d)."""
+    w = w.to(dtype=Z.dtype, device=Z.device)
+    w.require_no_bias("LoFAST certification")
+    z, zi = lofast.zeta(Z, w, residual=residual, return_info=True, **power)
+    conv = zi.converged
+    m = None
+    if fine:
+        m, mi = lofast.m_norms(Z, w, return_info=True, **power)
+        conv = conv & mi.converged
+    one = torch.ones((), dtype=Z.dtype, device=Z.device)
+    VO = w.VO()  # (h, d, d)
+    return LayerTerms(
+        zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
+        b=torch.linalg.matrix_norm(w.B(), ord=2), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
+        vo=torch.linalg.matrix_norm(VO, ord=2), dh=w.dh, converged=conv)
+
+
+def layer_delta(t: LayerTerms, eps: Tensor, bound: str) -> Tensor:
+    """Theorem 1 (or eq. 9 + coarse Delta_2 for "naive"): output perturbation bound for input perturbation eps (B,)."""
+    if bound not in BOUNDS:
+        raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
+    if bound in ("fine", "sharp") and t.m is None:
+        raise ValueError(f"bound {bound!r} needs the exact ||M_l||: compute layer_terms with fine=True")
+    m = t.m if bound in ("fine", "sharp") else t.xi  # (B, h)
+    c = 0.5 if bound == "sharp" else 1.0
+    e = eps.unsqueeze(-1)  # (B, 1)
+    d2 = (c * e / math.sqrt(t.dh) * (m + t.b * e) * (t.xvo + t.vo * e)).sum(-1)  # (B,)
+    d1 = (t.naive1 if bound == "naive" else t.zeta) * eps
+    return d1 + d2
+
+
+@dataclass
+class Certificate:
+    """Everything Prop. 1 needs for a batch: margins, correctness, Lipschitz constants, per-layer terms."""
+
+    logits: Tensor  # (B, C)
+    y: Tensor  # (B,)
+    margin: Tensor  # (B,) [F]_y - max_{j != y} [F]_j (negative when misclassified)
+    L_in: float
+    L_head: float
+    layers: List[LayerTerms]
+
+    @property
+    def correct(self) -> Tensor:
+        return self.margin > 0
+
+    def output_bound(self, eps: Tensor, bound: str) -> Tensor:
+        """Bound on ||F(u') - F(u)||_2 (logits) for ||u' - u|| <= eps (B,), propagated layer by layer."""
+        e = eps * self.L_in
+        for t in self.layers:
+            e = layer_delta(t, e, bound)
+        return e * self.L_head
+
+    def certified(self, eps, bound: str) -> Tensor:
+        """Prop. 1: margin > sqrt(2) delta(u, eps): (B,) bool."""
+        e = torch.as_tensor(eps, dtype=self.margin.dtype).expand_as(self.margin)
+        return self.correct & (self.margin > math.sqrt(2.0) * self.output_bound(e, bound))
+
+    def radius(self, bound: str, iters: int = 50) -> Tensor:
+        """Largest certified eps per input by bisection (0 when misclassified): (B,)."""
+        lo = torch.zeros_like(self.margin)
+        hi = torch.ones_like(self.margin)
+        for _ in range(60):  # grow hi until it fails everywhere
+            ok = self.certified(hi, bound)
+            if not ok.any():
+                break
+            hi = torch.where(ok, 2 * hi, hi)
+        for _ in range(iters):
+            mid = (lo + hi) / 2
+            ok = self.certified(mid, bound)
+            lo = torch.where(ok, mid, lo)
+            hi = torch.where(ok, hi, mid)
+        return torch.where(self.correct, lo, torch.zeros_like(lo))
+
+
+def margins(logits: Tensor, y: Tensor) -> Tensor:
+    """[F]_y - max_{j != y} [F]_j: (B, C), (B,) -> (B,)."""
+    true = logits.gather(-1, y[:, None]).squeeze(-1)
+    other = logits.scatter(-1, y[:, None], float("-inf")).amax(-1)
+    return true - other
+
+
+@torch.no_grad()
+def certify(model: LipTransformer, u: Tensor, y: Tensor, fine: bool = True, **power) -> Certificate:
+    """Prop. 1 ingredients for stem inputs u (B, ...) with labels y (B,); model evaluated in u's dtype."""
+    if u.shape[0] != y.shape[0]:
+        raise ValueError(f"u has {u.shape[0]} inputs but y has {y.shape[0]} labels")
+    model = model.eval()
+    logits, Zs = block_inputs(model, u)
+    ws = model.attention_weights()
+    layers = [layer_terms(Z, w, fine=fine, **power) for Z, w in zip(Zs, ws)]
+    return Certificate(logits, y, margins(logits, y), model.stem_lipschitz(), model.head_lipschitz(), layers)
+
+
+def pgd_attack(model: LipTransformer, u: Tensor, y: Tensor, eps: float, steps: int = 20, restarts: int = 2,
+               seed: int = 0) -> Tensor:
+    """Empirical attack: the largest max_{j != y} [F]_j - [F]_y found over ||u' - u||_F <= eps: (B,).
+
+    The point is broken (misclassified) iff the value is >= 0. Unconstrained l2 ball (no [0, 1] box), the
+    threat model of the certificate.
+    """
+    model = model.eval()
+
+    def objective(v: Tensor) -> Tensor:  # (B, ...) -> (B,)
+        return -margins(model(v), y)
+
+    return pgd_maximize(objective, u, float(eps), steps=steps, restarts=restarts, batch_dims=1, seed=seed).value
+
+
+def mnorm_ratio(cert: Certificate) -> Dict[str, float]:
+    """Mean and min over layers, heads and inputs of ||M_l|| / xi_l (exact vs eq. 21)."""
+    rs = [t.m / t.xi for t in cert.layers if t.m is not None]
+    if not rs:
+        return {"m_over_xi_mean": float("nan"), "m_over_xi_min": float("nan")}
+    r = torch.cat([x.flatten() for x in rs])
+    return {"m_over_xi_mean": float(r.mean()), "m_over_xi_min": float(r.min())}

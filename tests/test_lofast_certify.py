@@ -1,0 +1,116 @@
+"""harness.models.certify: Theorem 1 propagation equals harness.bounds.lofast, and Prop. 1 certificates are sound."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness.bounds import lofast
+from harness.kernels.attention import AttentionWeights
+from harness.kernels.pgd import pgd_maximize
+from harness.models.certify import BOUNDS, certify, layer_delta, layer_terms, margins, pgd_attack
+from harness.models.lipvit import LipViT
+
+DT = torch.float64
+
+
+def _unit_rows(B, n, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    Z = torch.randn(B, n, d, generator=g, dtype=DT)
+    return Z / Z.norm(dim=-1, keepdim=True)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_layer_delta_equals_lofast_delta(residual):
+    w = AttentionWeights.random(8, 2, scale=0.8, dtype=DT, generator=torch.Generator().manual_seed(3))
+    Z = 1.5 * _unit_rows(3, 5, 8, 0)
+    t = layer_terms(Z, w, residual=residual)
+    e = torch.tensor([0.0, 0.05, 0.3], dtype=DT)
+    ref = {"fine": lofast.delta(Z, w, e, residual=residual),
+           "coarse": lofast.delta(Z, w, e, residual=residual, fine=False),
+           "sharp": lofast.delta(Z, w, e, residual=residual, softmax_lip=0.5),
+           "naive": lofast.naive_delta1(Z, w, e, residual=residual) + lofast.delta2(Z, w, e, fine=False)}
+    for b in BOUNDS:
+        assert torch.allclose(layer_delta(t, e, b), ref[b], rtol=1e-8, atol=1e-12), b
+    # ordering: sharp <= fine <= coarse <= naive (||M|| <= xi, c = 1/2 <= 1, zeta <= eq. 9)
+    v = [layer_delta(t, e, b) for b in ("sharp", "fine", "coarse", "naive")]
+    for a, b in zip(v, v[1:]):
+        assert (a <= b + 1e-12).all()
+    with pytest.raises(ValueError, match="unknown bound"):
+        layer_delta(t, e, "exact")
+    with pytest.raises(ValueError, match="exact"):
+        layer_delta(layer_terms(Z, w, fine=False), e, "fine")
+
+
+def test_layer_delta_above_pgd_sensitivity():
+    w = AttentionWeights.random(8, 2, scale=1.0, dtype=DT, generator=torch.Generator().manual_seed(5))
+    Z = _unit_rows(2, 4, 8, 1)
+    t = layer_terms(Z, w)
+    for eps in (0.05, 0.5):
+        lower = lofast.pgd_sensitivity(Z, w, eps, residual=True, steps=30, restarts=2)
+        e = torch.full((2,), eps, dtype=DT)
+        assert (layer_delta(t, e, "sharp") >= lower - 1e-10).all()
+
+
+def test_margins():
+    logits = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.0, 1.0]], dtype=DT)
+    assert torch.allclose(margins(logits, torch.tensor([1, 2])), torch.tensor([1.0, -4.0], dtype=DT))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny LipViT (untrained: Prop. 1 is about the predicted label, so labels are its own predictions, float64)."""
+    from experiments._lofast_common import synthetic_images
+
+    torch.manual_seed(0)
+    m = LipViT(image_size=28, patch=14, d=16, depth=2, heads=2, vo_norm=0.5).double().eval()
+    X, _ = synthetic_images(12, seed=1)
+    X = X.double()
+    with torch.no_grad():
+        y = m(X).argmax(-1)
+    y[:2] = (y[:2] + 1) % 10  # two misclassified points: never certified
+    return m, X, y
+
+
+def test_output_bound_is_sound_end_to_end(trained):
+    """||F(u') - F(u)|| found by PGD never exceeds the propagated bound (every variant)."""
+    m, X, y = trained
+    X, y = X[:6], y[:6]
+    cert = certify(m, X, y)
+    with torch.no_grad():
+        F0 = m(X)
+    for eps in (0.1, 2.0):
+        lower = pgd_maximize(lambda v: (m(v) - F0).norm(dim=-1), X, eps, steps=10, restarts=2, batch_dims=1).value
+        e = torch.full((6,), eps, dtype=DT)
+        for b in BOUNDS:
+            assert (cert.output_bound(e, b) >= lower - 1e-10).all(), (b, eps)
+
+
+def test_certified_points_survive_pgd_and_radius_is_consistent(trained):
+    m, X, y = trained
+    cert = certify(m, X, y)
+    assert 0.5 < cert.correct.float().mean() < 1
+    radii = {b: cert.radius(b) for b in BOUNDS}
+    assert (radii["sharp"] >= radii["fine"] - 1e-12).all() and (radii["fine"] >= radii["coarse"] - 1e-12).all()
+    assert (radii["coarse"] >= radii["naive"] - 1e-12).all()
+    r = radii["fine"]
+    pos = r > 0
+    assert pos.any()
+    assert cert.certified(r * (1 - 1e-9), "fine")[pos].all()
+    assert not cert.certified(r * (1 + 1e-6) + 1e-12, "fine").any()
+    prev = None
+    for eps in (0.0, float(r[pos].min()) / 2, float(r.median()), float(r.max()) * 0.9):
+        ok = cert.certified(eps, "sharp")
+        attack = pgd_attack(m, X, y, eps, steps=10, restarts=2) if eps > 0 else -cert.margin
+        robust = cert.correct & (attack < 0)
+        assert not (ok & ~robust).any(), f"a certified point was broken at eps={eps}"
+        assert ok.float().mean() <= robust.float().mean()
+        if prev is not None:
+            assert not (ok & ~prev).any()  # monotone in eps
+        prev = ok
+
+
+def test_certify_checks_inputs(trained):
+    m, X, y = trained
+    with pytest.raises(ValueError, match="labels"):
+        certify(m, X[:3], y[:2])
