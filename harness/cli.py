@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cache-dir", type=Path, default=None, help="default: <results-dir>/cache")
     ap.add_argument("--no-figures", action="store_true", help="skip figures (tables and manifests only)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's own)")
     return ap
 
 
@@ -102,6 +103,8 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
+    if args.threads:
+        os.environ["ATTNLIP_THREADS"] = str(args.threads)
     try:
         cfg = _config(args)
         names = _runner.select(args.names, args.only)

@@ -288,7 +288,7 @@ def _pbar(total: int, desc: str, enabled: bool):
 
 
 def _worker_init(threads: int) -> None:
-    os.environ["ATTNLIP_THREADS"] = str(threads)
+    os.environ["ATTNLIP_THREADS"] = os.environ.get("ATTNLIP_THREADS") or str(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     os.environ.setdefault("MKL_NUM_THREADS", str(threads))
 
@@ -351,7 +351,7 @@ def _execute_submitit(specs, cfg: RunConfig, desc: str, threads: int):
         chunks = [specs[i::n] for i in range(n)]
     ex.update_parameters(**params)
     env_before = os.environ.get("ATTNLIP_THREADS")
-    os.environ["ATTNLIP_THREADS"] = str(threads)  # inherited by local jobs
+    os.environ["ATTNLIP_THREADS"] = env_before or str(threads)  # inherited by local jobs
     try:
         jobs = ex.map_array(run_cells, chunks)
     finally:
