@@ -1,0 +1,1 @@
+"""Benchmarks (pytest-benchmark); also plain tests under --benchmark-disable."""
