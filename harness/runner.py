@@ -24,6 +24,7 @@ from . import grid as _grid
 from . import registry as _registry
 from .registry import Context, Experiment, MissingData
 
+MEMORY_BUDGET_MB = 8192  # issue 3: a full run_all.py stays under 8 GiB; cells above this are flagged
 RESERVED = ("experiment", "cell", "cell_key", "seed", "device", "dtype", "scale")
 EXECUTORS = ("serial", "process", "submitit")
 
@@ -576,6 +577,10 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
         r.figure_error = out.get("figure_error")
         r.wall_s = time.perf_counter() - t_start[n]
         echo(r.line())
+        heavy = [(t.label, st["peak_rss_mb"]) for t in p.tasks
+                 for st in [statuses.get(t.key) or {}] if (st.get("peak_rss_mb") or 0) > MEMORY_BUDGET_MB]
+        for label, mb in heavy:
+            echo(f"warning: {n} [{label}]: peak RSS {mb:.0f} MiB exceeds the {MEMORY_BUDGET_MB} MiB budget")
     from . import report as _report
 
     with contextlib.suppress(Exception):
