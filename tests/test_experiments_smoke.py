@@ -17,9 +17,15 @@ def test_experiment_modules_import():
     assert registry.import_errors() == {}, "\n".join(registry.import_errors().values())
 
 
+@pytest.fixture(scope="module")
+def smoke_cache(tmp_path_factory):
+    """One cache dir for the module, so artifacts (trained models) built by one experiment are reused."""
+    return tmp_path_factory.mktemp("smoke_cache")
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_experiment_smoke(name, tmp_path):
-    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "results", progress=False)
+def test_experiment_smoke(name, tmp_path, smoke_cache):
+    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "results", cache_dir=smoke_cache, progress=False)
     (res,) = runner.run([name], cfg, echo=lambda *a: None)
     if res.missing_data and not res.computed:
         pytest.skip(f"{name}: missing data: {res.errors[0]['error']}")
