@@ -151,6 +151,8 @@ def experiment(cls=None, **overrides):
 
     def register(c):
         for k, v in overrides.items():
+            if k == "figures" and not callable(v):  # @experiment(name=..., figures=[paper refs]) style
+                k = "figures_ref"
             setattr(c, k, v)
         inst = c()
         if not inst.name:

@@ -35,6 +35,9 @@ class FakeSquares(Experiment):
     def figures(self, table, outdir):
         from harness import plotting
 
+        if os.environ.get("ATTNLIP_TEST_FIGFAIL"):
+            raise ValueError("figure bug")
+
         fig, ax = plotting.figure()
         ax.plot(table["n"], table["value"], "o")
         return plotting.save(fig, outdir, "squares")

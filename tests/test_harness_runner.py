@@ -290,3 +290,24 @@ def test_sigkill_mid_run_resumes(fake):
     leftovers = [p for p in fake.results.rglob("*") if cache.TMP_MARK in p.name]
     assert not leftovers
     assert len(_table(fake.results, "_fake_slow")) == 8
+
+
+def test_figure_failure_reported_table_kept(fake, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNLIP_TEST_FIGFAIL", "1")
+    rc = cli.main(["_fake_squares", "--set", "n=1", "--results-dir", str(fake.results), "--no-progress"],
+                  out=lambda *a: None)
+    assert rc == 1 and "figure bug" in capsys.readouterr().err
+    assert len(_table(fake.results, "_fake_squares")) == 4
+
+
+def test_decorator_figures_kwarg_means_paper_refs():
+    @registry.experiment(name="_fake_kw", figures=["Paper Fig. 9"])
+    class K(registry.Experiment):
+        def run(self, cell, ctx):
+            return []
+
+    try:
+        e = registry.get_experiment("_fake_kw")
+        assert e.figures_ref == ["Paper Fig. 9"] and callable(e.figures)
+    finally:
+        registry.unregister("_fake_kw")
