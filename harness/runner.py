@@ -544,19 +544,8 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
             elif not collect_only:
                 todo.append(make_spec(p.exp, t, cfg, progress=cfg.progress and cfg.executor == "serial"))
     statuses: Dict[str, Dict] = {}
-    if todo:
-        # serial: experiment by experiment, so wall times are per experiment; pools: one batch
-        groups = [[s for s in todo if s["experiment"] == n] for n in names] if cfg.executor == "serial" else [todo]
-        for g in groups:
-            if not g:
-                continue
-            t0 = time.perf_counter()
-            desc = g[0]["experiment"] if cfg.executor == "serial" else f"{len(names)} experiment(s)"
-            if cfg.executor == "serial":
-                t_start[g[0]["experiment"]] = t0
-            for st in execute(g, cfg, desc=desc):
-                statuses[st["key"]] = st
-    for n in names:
+
+    def finish(n: str) -> None:
         r, p = results[n], plans[n]
         for t in p.tasks:
             st = statuses.get(t.key)
@@ -572,19 +561,38 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
                 r.errors.append(st)
         if collect_only:
             r.missing = sum(1 for t in p.tasks if t.state != "cached")
-        out = write_outputs(p, cfg, statuses, started=t_start[n])
+        try:
+            out = write_outputs(p, cfg, statuses, started=t_start[n])
+        except Exception as e:  # noqa: BLE001 - e.g. a table that cannot be written; reported, run goes on
+            out = {"figure_error": f"writing outputs failed: {e.__class__.__name__}: {e}\n{traceback.format_exc()}"}
         r.output = out
         r.figure_error = out.get("figure_error")
         r.wall_s = time.perf_counter() - t_start[n]
         echo(r.line())
-        heavy = [(t.label, st["peak_rss_mb"]) for t in p.tasks
-                 for st in [statuses.get(t.key) or {}] if (st.get("peak_rss_mb") or 0) > MEMORY_BUDGET_MB]
-        for label, mb in heavy:
-            echo(f"warning: {n} [{label}]: peak RSS {mb:.0f} MiB exceeds the {MEMORY_BUDGET_MB} MiB budget")
+        for t in p.tasks:
+            mb = (statuses.get(t.key) or {}).get("peak_rss_mb") or 0
+            if mb > MEMORY_BUDGET_MB:
+                echo(f"warning: {n} [{t.label}]: peak RSS {mb:.0f} MiB exceeds the {MEMORY_BUDGET_MB} MiB budget")
+
+    if cfg.executor == "serial":  # experiment by experiment: outputs appear as soon as one is done
+        for n in names:
+            g = [s for s in todo if s["experiment"] == n]
+            if g:
+                t_start[n] = time.perf_counter()
+                for st in execute(g, cfg, desc=n):
+                    statuses[st["key"]] = st
+            finish(n)
+    else:  # one batch over all experiments keeps every worker busy
+        for st in execute(todo, cfg, desc=f"{len(names)} experiment(s)"):
+            statuses[st["key"]] = st
+        for n in names:
+            finish(n)
     from . import report as _report
 
-    with contextlib.suppress(Exception):
+    try:
         _report.write_readme(cfg.results_dir)
+    except Exception as e:  # noqa: BLE001
+        echo(f"warning: could not write {cfg.results_dir / 'README.md'}: {e.__class__.__name__}: {e}")
     return list(results.values())
 
 
