@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q -e '.[dev]'
+	# torchattacks declares torchvision (which cannot import beside torch 2.13.0) but never imports it: no deps.
+	$(VPY) -m pip install -q --no-deps torchattacks==3.5.1
 	touch $@
 
 .PHONY: install run quick test bench
