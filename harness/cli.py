@@ -76,7 +76,11 @@ def _config(args) -> _runner.RunConfig:
 def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
     rows = [("experiment", "reproduces", f"cells ({cfg.scale})", "cached")]
     for n in names:
-        p = _runner.plan(n, cfg, verify=False)
+        try:
+            p = _runner.plan(n, cfg, verify=False)
+        except Exception as e:  # noqa: BLE001 - a broken grid must not hide the other experiments
+            rows.append((n, f"ERROR {e.__class__.__name__}: {e}", "?", "?"))
+            continue
         cached = sum(t.state == "cached" for t in p.tasks)
         rows.append((n, "; ".join(p.exp.figures_ref) or "-", str(len(p.tasks)), str(cached)))
     w = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -521,8 +521,9 @@ class ExpResult:
 def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=print) -> List[ExpResult]:
     """Plan, execute missing cells (all experiments' cells share one executor batch), write outputs."""
     check_overrides(names, cfg)
-    removed = _cache.clean_stale_tmp(cfg.cache_dir)
-    removed += _cache.clean_stale_tmp(cfg.results_dir) if cfg.results_dir.exists() else []
+    inside = Path(cfg.cache_dir).resolve().is_relative_to(Path(cfg.results_dir).resolve())
+    removed = [] if inside else _cache.clean_stale_tmp(cfg.cache_dir)
+    removed += _cache.clean_stale_tmp(cfg.results_dir)
     if removed:
         echo(f"removed {len(removed)} stale temp file(s) left by killed writers")
     store = _cache.CellCache(cfg.cache_dir)
