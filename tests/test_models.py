@@ -124,6 +124,9 @@ def test_vit_attention_is_the_kernel(qkv_bias):
     with torch.no_grad():
         assert torch.allclose(Xs[0], m.blocks[0].ln1(m.tokens(x)))
     assert m.attention_weights(-1).bo is not None and m.attention_weights(0, with_bo=False).bo is None
+    w32 = m.attention_weights(1, dtype=torch.float32)
+    assert w32.dtype == torch.float32 and not w32.wq.requires_grad and m.attention_weights(1).wq.requires_grad
+    assert set(m.attention_inputs(x, [1], dtype=torch.float32)) == {1}
     with pytest.raises(ValueError, match="do not match"):
         m(torch.rand(2, 1, 9, 9, dtype=torch.float64))
     with pytest.raises(ValueError, match="out of range"):

@@ -141,18 +141,24 @@ class ViT(nn.Module):
     def forward(self, x: Tensor, return_attn: bool = False):
         return self.forward_tokens(self.tokens(x), return_attn)
 
-    def attention_weights(self, layer: int, with_bo: bool = True) -> AttentionWeights:
-        """AttentionWeights of block `layer` (differentiable; .detach() via w.to() or torch.no_grad as needed)."""
+    def attention_weights(self, layer: int, with_bo: bool = True, dtype=None) -> AttentionWeights:
+        """AttentionWeights of block `layer`: differentiable views of the parameters, or, with dtype given
+        (e.g. torch.float64 for analysis), detached copies in that dtype."""
         if not -len(self.blocks) <= layer < len(self.blocks):
             raise ValueError(f"layer {layer} out of range: the ViT has {len(self.blocks)} blocks")
-        return self.blocks[layer].attention_weights(with_bo)
+        w = self.blocks[layer].attention_weights(with_bo)
+        if dtype is None:
+            return w
+        with torch.no_grad():
+            return AttentionWeights(*[None if t is None else t.detach().to(dtype).clone()
+                                      for t in (w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.bo)])
 
-    def attention_inputs(self, x: Tensor, layers: Optional[List[int]] = None) -> dict:
-        """{layer: X (B, n, d)} exact attention inputs for images x, without gradients."""
+    def attention_inputs(self, x: Tensor, layers: Optional[List[int]] = None, dtype=None) -> dict:
+        """{layer: X (B, n, d)} exact attention inputs for images x, without gradients (cast to dtype if given)."""
         with torch.no_grad():
             _, _, Xs = self.forward(x, return_attn=True)
         layers = range(len(Xs)) if layers is None else layers
-        return {l: Xs[l] for l in layers}
+        return {l: Xs[l] if dtype is None else Xs[l].to(dtype) for l in layers}
 
 
 def vit_for(dataset_shape: Tuple[int, int, int], n_classes: int, **kw) -> ViT:
