@@ -198,5 +198,9 @@ def test_training_decreases_loss_and_cache_hits(tmp_path):
         assert torch.equal(a, b)
     m3 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-2), data=data)  # other regularizer: new key
     assert not m3.cached
+    m4 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, force=True)  # deterministic
+    assert not m4.cached
+    for a, b in zip(m1.state_dict().values(), m4.state_dict().values()):
+        assert torch.equal(a, b)
     with pytest.raises(ValueError, match="unknown training cfg"):
         train_classifier({"epoch": 1}, ctx, data=data)
