@@ -106,10 +106,13 @@ def test_non_attention_parts_are_one_lipschitz():
 
 def test_text_model():
     torch.manual_seed(0)
-    m = LipText(vocab=50, n=8, d=16, depth=1, heads=2, vo_norm=0.5).double().eval()
+    m = LipText(vocab=50, n=8, d=16, depth=1, heads=2, vo_norm=0.5, embed_scale=0.25).double().eval()
     ids = torch.randint(0, 50, (3, 8))
     E = m.embed_ids(ids)
-    assert E.shape == (3, 8, 16) and m(E).shape == (3, 2) and m.stem_lipschitz() == 1.0
+    assert E.shape == (3, 8, 16) and m(E).shape == (3, 2) and m.stem_lipschitz() == 0.25
+    assert torch.allclose(E.norm(dim=-1), torch.ones(3, 8, dtype=DT))
+    E2 = E + 0.1 * torch.randn(E.shape, dtype=DT)
+    assert torch.allclose((m.stem(E2) - m.stem(E)).norm(), 0.25 * (E2 - E).norm())
     with pytest.raises(ValueError, match="token ids"):
         m.embed_ids(ids[:, :5])
     assert abs(m.head_lipschitz() - 1 / math.sqrt(8)) < 1e-10

@@ -165,13 +165,14 @@ class LipViT(LipTransformer):
     """Certifiable ViT: non-overlapping patches, 1-Lipschitz patch embedding, LipTransformer trunk."""
 
     def __init__(self, image_size: int = 28, patch: int = 7, channels: int = 1, d: int = 64, depth: int = 2,
-                 heads: int = 4, vo_norm: float = 0.5, classes: int = 10, ffn_mult: int = 2, qk_norm: float = 1.0):
+                 heads: int = 4, vo_norm: float = 0.5, classes: int = 10, ffn_mult: int = 2, qk_norm: float = 1.0,
+                 embed_norm: float = 1.0):
         if image_size % patch != 0:
             raise ValueError(f"image_size {image_size} is not divisible by patch {patch}")
         n = (image_size // patch) ** 2
         super().__init__(n, d, depth, heads, vo_norm, classes, ffn_mult, qk_norm)
         self.image_size, self.patch, self.channels = image_size, patch, channels
-        self.embed = SpectralLinear(channels * patch * patch, d, 1.0, bias=True)
+        self.embed = SpectralLinear(channels * patch * patch, d, embed_norm, bias=True)  # ||W_e|| = embed_norm <= 1
 
     def patches(self, x: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, n, C p p), disjoint patches (so the l2 image norm equals the Frobenius norm)."""
@@ -193,25 +194,29 @@ class LipViT(LipTransformer):
 
 
 class LipText(LipTransformer):
-    """Certifiable text classifier: perturbations act on the word embeddings E (B, n, d); X0 = E + pos."""
+    """Certifiable text classifier: perturbations act on the word embeddings E (B, n, d), rows of norm 1;
+    X0 = embed_scale E + pos, so L_in = embed_scale (the role of ||W_e|| in LipViT)."""
 
     def __init__(self, vocab: int, n: int = 32, d: int = 64, depth: int = 3, heads: int = 4, vo_norm: float = 0.5,
-                 classes: int = 2, ffn_mult: int = 2, qk_norm: float = 1.0):
+                 classes: int = 2, ffn_mult: int = 2, qk_norm: float = 1.0, embed_scale: float = 1.0):
         super().__init__(n, d, depth, heads, vo_norm, classes, ffn_mult, qk_norm)
+        if embed_scale <= 0:
+            raise ValueError(f"embed_scale must be > 0, got {embed_scale}")
+        self.embed_scale = float(embed_scale)
         self.emb = nn.Embedding(vocab, d)
-        nn.init.normal_(self.emb.weight, std=1.0 / math.sqrt(d))  # rows of norm ~1, the scale of LayerProject(1)
 
     def embed_ids(self, ids: Tensor) -> Tensor:
-        """Word embeddings E: (B, n) -> (B, n, d), the perturbed quantity."""
+        """Word embeddings E with unit-norm rows: (B, n) -> (B, n, d), the perturbed quantity."""
         if ids.dim() != 2 or ids.shape[1] != self.n:
             raise ValueError(f"expected token ids (B, {self.n}), got {tuple(ids.shape)}")
-        return self.emb(ids)
+        E = self.emb(ids)
+        return E / E.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
     def stem(self, E: Tensor) -> Tensor:
-        return E + self.pos
+        return self.embed_scale * E + self.pos
 
     def stem_lipschitz(self) -> float:
-        return 1.0
+        return self.embed_scale
 
 
 def block_inputs(model: LipTransformer, u: Tensor) -> Tuple[Tensor, List[Tensor]]:
