@@ -76,6 +76,10 @@ def test_negative_layer_and_errors():
         hf.attention_inputs(model, ids, [])
     with pytest.raises(ValueError, match="pretrained"):
         hf.load_text_model("gpt2", pretrained=True, overrides={"n_layer": 1})
+    with pytest.raises(ValueError, match="no offline weights or config"):
+        hf.load_text_model("bert-large-uncased-not-cached", with_tokenizer=False)
+    with pytest.raises(FileNotFoundError, match="not available offline"):
+        hf.load_text_model("gpt2", pretrained=True, with_tokenizer=False)
 
 
 def test_minilm_roundtrip():

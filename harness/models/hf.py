@@ -47,25 +47,29 @@ def gpt2_tokenizer():
     return AutoTokenizer.from_pretrained(str(paths.data_path("gpt2_tokenizer")))
 
 
+DEFAULT_CONFIGS = {"bert-base-uncased": "bert", "bert-base-cased": "bert", "google-bert/bert-base-uncased": "bert",
+                   "gpt2": "gpt2", "openai-community/gpt2": "gpt2"}
+
+
 def _default_config(name: str):
-    """Architecture config for a hub name when weights are absent (defaults = bert-base / gpt2 small)."""
+    """Architecture config when weights are absent: MiniLM's own, a locally cached hub config, or the
+    transformers defaults for bert-base (BertConfig()) and gpt2 small (GPT2Config())."""
     from transformers import AutoConfig, BertConfig, GPT2Config
 
     low = name.lower()
     if low in MINILM_ALIASES:
-        from transformers import AutoConfig
-
         return AutoConfig.from_pretrained(minilm_path())
     try:
         return AutoConfig.from_pretrained(name, local_files_only=True)
     except Exception:
         pass
-    if "gpt2" in low or "gpt-2" in low:
+    kind = DEFAULT_CONFIGS.get(low)
+    if kind == "gpt2":
         return GPT2Config()
-    if "bert" in low:
+    if kind == "bert":
         return BertConfig()
-    raise ValueError(f"no offline weights or config for model {name!r}; use 'minilm', 'bert-base-uncased', "
-                     f"'gpt2' or a locally cached hub name")
+    raise ValueError(f"no offline weights or config for model {name!r}; use 'minilm', one of "
+                     f"{sorted(DEFAULT_CONFIGS)} or a locally cached hub name")
 
 
 def _tokenizer_for(name: str, model_type: str):
