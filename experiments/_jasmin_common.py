@@ -190,8 +190,9 @@ def all_bounds(X, w, causal: bool = False, tol: float = 1e-9, iters: int = 1000)
     out: Dict[str, object] = {}
     out["bound_kim"] = kim.bound(X, w, 0.0)
     out["bound_castin"] = castin.bound(X, w, causal=causal)
-    out["bound_jasmin"] = jasmin.bound(X, w, use_g1=False, causal=causal)
-    out["bound_jasmin_g1"] = jasmin.bound(X, w, use_g1=True, causal=causal)
+    t = jasmin.bound_terms(X, w, causal)  # Thm 3's factors, shared by both variants (= jasmin.bound)
+    out["bound_jasmin"] = t["vo"] * (t["p"] + 2 * t["x2"] * t["a"] * t["jsm"])
+    out["bound_jasmin_g1"] = t["vo"] * (t["p"] + 2 * t["x2"] * t["a"] * t["g1"])
     per_head = {k: v for k, v in out.items()}
     layer = {k: v.sum(-1) for k, v in per_head.items()}
     B = X.shape[:-2]

@@ -19,7 +19,7 @@ from harness.registry import Context, Experiment, experiment
 METHODS = {"bound_kim": "Kim/Specformer (Thm 1)", "bound_castin": "Castin Thm 3.3", "bound_jasmin": "JaSMin Thm 3 (exact)",
            "bound_jasmin_g1": "JaSMin Thm 3 (g_1)", "bound_lofast_fine": "LoFAST eps->0 (fine)",
            "bound_lofast_coarse": "LoFAST eps->0 (coarse)", "bound_lofast_sharp": "LoFAST eps->0 (sharpened, c=1/2)"}
-LAYERS = {"all": None, "first": [0]}
+LAYERS = {"all": None, "first": [0], "ends": [0, -1]}
 
 
 @experiment
@@ -30,10 +30,10 @@ class BoundLeaderboard(Experiment):
     figures_ref = ["JaSMin (Yudin et al.) Fig. 6 (extended to all bounds and models)"]
     VERSION = "1"
     grid = [{"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": ["all"]},
-            {"model": ["gpt2"], "n": [16, 32, 64], "count": [2], "layers": ["all"]},
+            {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": ["all"]},
             {"model": ["vit"], "count": [8], "layers": ["all"]}]
     quick = [{"model": ["minilm"], "n": [16, 32], "count": [2], "layers": ["all"]},
-             {"model": ["gpt2"], "n": [16], "count": [1], "layers": ["all"]},
+             {"model": ["gpt2"], "n": [16], "count": [1], "layers": ["ends"]},
              {"model": ["vit"], "count": [4], "layers": ["all"]}]
     test = [{"model": ["minilm"], "n": [8], "count": [1], "layers": ["first"]},
             {"model": ["vit"], "count": [1], "layers": ["all"]}]
@@ -50,7 +50,7 @@ class BoundLeaderboard(Experiment):
             model = C.trained_vit(ctx)
             x, _ = C.vit_eval_images(ctx.scale, int(cell["count"]), offset=100)
             layers = C.vit_layers(model, x)
-            layers = [t for t in layers if sel is None or t[0] in sel]
+            layers = [t for t in layers if sel is None or t[0] in [s % len(layers) for s in sel]]
         else:
             layers = C.text_layers(name, int(cell["n"]), int(cell["count"]), seed=ctx.seed, layers=sel)
         rows: List[Dict[str, Any]] = []
@@ -102,7 +102,7 @@ class BoundLeaderboard(Experiment):
                 data = [np.log10(r[(r["model"] == m) & (r["scope"] == scope) & (r["method"] == lab)]["ratio"].to_numpy())
                         for lab in labels]
                 keep = [k for k, dd in enumerate(data) if len(dd)]
-                bp = ax.boxplot([data[k] for k in keep], vert=False, showfliers=False, patch_artist=True)
+                bp = ax.boxplot([data[k] for k in keep], orientation="horizontal", showfliers=False, patch_artist=True)
                 for patch, k in zip(bp["boxes"], keep):
                     patch.set_facecolor(plotting.color(list(METHODS)[k]))
                     patch.set_alpha(0.6)
