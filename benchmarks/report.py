@@ -1,9 +1,10 @@
 """One-shot LoFAST benchmark report: `python -m benchmarks.report [--threads 2] [--quick]` prints a markdown table.
 
-Times are medians of wall-clock repeats (time.perf_counter); peak memory is the increase of the process RSS
-over its value before the call, polled every 2 ms by a thread (psutil), so it counts torch's CPU allocations
-(tracemalloc would not see them). Each measurement starts after a warm-up call of the same function
-(except the dense SVDs and the Jacobian runs, measured once).
+Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call (the dense SVDs and the
+Jacobian runs are measured once, without warm-up). Peak memory is measured separately, in a fresh child process
+per job with MALLOC_MMAP_THRESHOLD_=131072 (glibc then maps every large tensor and unmaps it on free, so the RSS
+follows torch's live CPU allocations instead of the allocator's cache): the increase of the RSS over its value
+right before the call, polled every 2 ms by a thread (psutil). tracemalloc would not see torch's allocations.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -21,18 +24,39 @@ from harness.bounds import lofast as L
 
 
 def measure(fn, repeats: int, warmup: bool):
-    """(value, median seconds, peak RSS MB of the first timed call)."""
+    """(value, median seconds) of wall-clock repeats."""
     if warmup:
         fn()
-    times, mb, val = [], None, None
-    for r in range(repeats):
+    times, val = [], None
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        if r == 0:
-            val, mb = peak_rss_mb(fn)
-        else:
-            val = fn()
+        val = fn()
         times.append(time.perf_counter() - t0)
-    return val, statistics.median(times), mb
+    return val, statistics.median(times)
+
+
+def jobs(scale: str):
+    """Named jobs of one size: name -> zero-argument callable (inputs built outside the call)."""
+    X, w = case(scale)  # float64: the comparisons against dense and svds
+    out = {"m_ours": lambda: L.m_norms(X, w), "m_dense": lambda: dense_m_norms(X, w),
+           "m_svds": lambda: svds_m_norms(X, w), "z_ours": lambda: L.zeta(X, w),
+           "z_dense": lambda: dense_zeta(X, w), "z_svds": lambda: svds_zeta(X, w)}
+    X32, w32 = case(scale, dtype=torch.float32)  # float32: the large-scale runs
+    Xb, _ = case(scale, dtype=torch.float32, batch=(JAC_BATCH,))
+    out.update({"f32_m_ours": lambda: L.m_norms(X32, w32), "f32_z_ours": lambda: L.zeta(X32, w32),
+                "jac_batched": lambda: jac_batched(Xb, w32), "jac_loop": lambda: jac_loop(Xb, w32)})
+    return out
+
+
+def peak_mb(scale: str, job: str, threads: int) -> float:
+    """Peak RSS increase (MB) of one job, measured in a fresh child process (see module docstring)."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    r = subprocess.run([sys.executable, "-m", "benchmarks.report", "--mem-job", scale, job, "--threads", str(threads)],
+                       env=env, capture_output=True, text=True)
+    try:
+        return float(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return float("nan")
 
 
 def machine() -> str:
@@ -47,40 +71,39 @@ def machine() -> str:
             f"threads, load average {load:.1f} at start")
 
 
-def rows_small(scale: str, repeats: int):
-    X, w = case(scale)  # float64
+def rows_small(scale: str, repeats: int, threads: int):
+    J = jobs(scale)
     n, d, h = SIZES[scale]
     out = []
-    for name, ours, dense, svds in (("||M_l|| all heads", lambda: L.m_norms(X, w), lambda: dense_m_norms(X, w),
-                                     lambda: svds_m_norms(X, w)),
-                                    ("zeta", lambda: L.zeta(X, w), lambda: dense_zeta(X, w), lambda: svds_zeta(X, w))):
-        v0, t0, m0 = measure(ours, repeats, True)
-        vd, td, md = measure(dense, 1, False)
-        vs, ts, ms = measure(svds, repeats, True)
+    for name, k in (("||M_l|| all heads", "m"), ("zeta", "z")):
+        v0, t0 = measure(J[k + "_ours"], repeats, True)
+        vd, td = measure(J[k + "_dense"], 1, False)
+        vs, ts = measure(J[k + "_svds"], repeats, True)
         err = lambda v: float(((v - vd).abs() / vd).max())
+        mb = {m: peak_mb(scale, f"{k}_{m}", threads) for m in ("ours", "dense", "svds")}
         tag = f"n={n} d={d} h={h} f64"
-        out += [(tag, name, "matrix-free (ours, Lanczos)", t0, "1", m0, f"{err(v0):.1e}"),
-                (tag, name, "dense explicit matrix + SVD", td, f"{td / t0:.0f}x", md, "ref"),
-                (tag, name, "scipy svds on LinearOperator", ts, f"{ts / t0:.1f}x", ms, f"{err(vs):.1e}")]
+        out += [(tag, name, "matrix-free (ours, Lanczos)", t0, "1", mb["ours"], f"{err(v0):.1e}"),
+                (tag, name, "dense explicit matrix + SVD", td, f"{td / t0:.0f}x", mb["dense"], "ref"),
+                (tag, name, "scipy svds on LinearOperator", ts, f"{ts / t0:.1f}x", mb["svds"], f"{err(vs):.1e}")]
     return out
 
 
-def rows_large(scale: str, repeats: int):
-    X, w = case(scale, dtype=torch.float32)
+def rows_large(scale: str, repeats: int, threads: int):
+    J = jobs(scale)
     n, d, h = SIZES[scale]
     tag = f"{scale} n={n} d={d} h={h} f32"
     out = []
-    for name, fn in (("||M_l|| all heads", lambda: L.m_norms(X, w)), ("zeta", lambda: L.zeta(X, w))):
-        _, t, mb = measure(fn, repeats, True)
-        out.append((tag, name, "matrix-free (ours, Lanczos)", t, "-", mb, "-"))
+    for name, k in (("||M_l|| all heads", "f32_m_ours"), ("zeta", "f32_z_ours")):
+        _, t = measure(J[k], repeats, True)
+        out.append((tag, name, "matrix-free (ours, Lanczos)", t, "-", peak_mb(scale, k, threads), "-"))
     out.append((tag, "dense M_l (one head)", "not run: memory", float("nan"), "-",
                 dense_m_bytes(n, d) / 2**20, "-"))
-    Xb, _ = case(scale, dtype=torch.float32, batch=(JAC_BATCH,))
-    vb, tb, mb = measure(lambda: jac_batched(Xb, w), 1, False)
-    vl, tl, ml = measure(lambda: jac_loop(Xb, w), 1, False)
+    vb, tb = measure(J["jac_batched"], 1, False)
+    vl, tl = measure(J["jac_loop"], 1, False)
     name = f"jacobian_norm x{JAC_BATCH} ({JAC_ITERS} Lanczos steps)"
-    out += [(tag, name, "batched", tb, "1", mb, "-"),
-            (tag, name, "Python loop", tl, f"{tl / tb:.1f}x", ml, f"{float(((vl - vb).abs() / vb).max()):.0e}")]
+    out += [(tag, name, "batched", tb, "1", peak_mb(scale, "jac_batched", threads), "-"),
+            (tag, name, "Python loop", tl, f"{tl / tb:.1f}x", peak_mb(scale, "jac_loop", threads),
+             f"{float(((vl - vb).abs() / vb).max()):.0e}")]
     return out
 
 
@@ -89,12 +112,21 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="tiny sizes only (smoke run)")
+    ap.add_argument("--only", choices=["small", "large"], default=None, help="run only one part")
+    ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
+    if a.mem_job:  # child process: print the peak RSS increase of one job
+        fn = jobs(a.mem_job[0])[a.mem_job[1]]
+        print(peak_rss_mb(fn)[1])
+        return
     print(f"Machine: {machine()}\n")
-    rows = rows_small("tiny" if a.quick else "dense", a.repeats)
-    for scale in (("tiny",) if a.quick else ("vitb", "minilm")):
-        rows += rows_large(scale, 1 if not a.quick else a.repeats)
+    rows = []
+    if a.only in (None, "small"):
+        rows += rows_small("tiny" if a.quick else "dense", a.repeats, a.threads)
+    if a.only in (None, "large"):
+        for scale in (("tiny",) if a.quick else ("vitb", "minilm")):
+            rows += rows_large(scale, 1 if not a.quick else a.repeats, a.threads)
     print("| size | quantity | method | median time (s) | time / ours | peak RSS increase (MB) | rel. err vs dense |")
     print("|---|---|---|---|---|---|---|")
     for tag, name, meth, t, ratio, mb, err in rows:

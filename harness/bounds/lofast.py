@@ -48,8 +48,19 @@ class LofastInfo:
     m: Optional[PowerResult] = None  # batch (..., h)
 
 
+KRYLOV_BYTES = 128 * 2**20  # memory budget of the Lanczos basis (it holds ~2 * krylov copies of the iterate)
+
+
+def _krylov(shape, dtype) -> int:
+    """Restart length keeping the Lanczos basis within KRYLOV_BYTES (between 8 and the kernel's 40)."""
+    per = 2 * math.prod(shape) * torch.finfo(dtype).bits // 8
+    return int(min(40, max(8, KRYLOV_BYTES // max(per, 1))))
+
+
 def _power(op, shape, event_dims, X, tol, iters, seed, v0, on_nonconvergence, kw) -> PowerResult:
     """Top singular value of a matrix-free operator (Lanczos by default; tol=None: the dtype's default_tol)."""
+    if kw.get("method", "lanczos") == "lanczos":
+        kw = {"krylov": _krylov(shape, X.dtype), **kw}
     return operator_norm(op.matvec, op.rmatvec, shape, event_dims, X.dtype, X.device, seed, v0,
                          iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, **kw)
 
