@@ -16,7 +16,7 @@ from harness.registry import Experiment, experiment
 EPS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0]
 EPS_REF = 0.1
 POINTS = {"full": 300, "quick": 48, "test": 12}
-PGD = {"full": dict(steps=20, restarts=2), "quick": dict(steps=15, restarts=1), "test": dict(steps=8, restarts=1)}
+PGD = {"full": dict(steps=15, restarts=2), "quick": dict(steps=15, restarts=1), "test": dict(steps=8, restarts=1)}
 
 
 @experiment

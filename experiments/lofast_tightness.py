@@ -14,7 +14,7 @@ import numpy as np
 from experiments import _lofast_common as C
 from harness.registry import Experiment, experiment
 
-EPS = {"full": list(np.linspace(0, 0.1, 11)), "quick": [0.0, 0.025, 0.05, 0.1], "test": [0.0, 0.1]}
+EPS = {"full": [float(e) for e in np.linspace(0, 0.1, 11)], "quick": [0.0, 0.025, 0.05, 0.1], "test": [0.0, 0.1]}
 SAMPLES = {"full": 4, "quick": 2, "test": 1}
 LABELS = {("delta21", "fine"): "delta21^(1) exact ||M||", ("delta21", "coarse"): "delta21^(2) xi",
           ("delta21", "sharp"): "delta21^(1), softmax 1/2 (ours)", ("delta21", "pgd"): "PGD",

@@ -114,3 +114,20 @@ def test_certify_checks_inputs(trained):
     m, X, y = trained
     with pytest.raises(ValueError, match="labels"):
         certify(m, X[:3], y[:2])
+
+
+def test_text_model_certificate_sound():
+    """LipText: perturbations of the unit-norm word embeddings, L_in = embed_scale; bound >= PGD."""
+    from harness.models.lipvit import LipText
+
+    torch.manual_seed(2)
+    m = LipText(vocab=30, n=6, d=8, depth=2, heads=2, vo_norm=0.75, embed_scale=0.5).double().eval()
+    E = m.embed_ids(torch.randint(0, 30, (4, 6))).detach()
+    with torch.no_grad():
+        y = m(E).argmax(-1)
+        F0 = m(E)
+    cert = certify(m, E, y)
+    assert cert.L_in == 0.5
+    for eps in (0.2, 1.0):
+        lower = pgd_maximize(lambda v: (m(v) - F0).norm(dim=-1), E, eps, steps=10, restarts=2, batch_dims=1).value
+        assert (cert.output_bound(torch.full((4,), eps, dtype=DT), "sharp") >= lower - 1e-10).all()
