@@ -102,12 +102,14 @@ class BoundLeaderboard(Experiment):
                 data = [np.log10(r[(r["model"] == m) & (r["scope"] == scope) & (r["method"] == lab)]["ratio"].to_numpy())
                         for lab in labels]
                 keep = [k for k, dd in enumerate(data) if len(dd)]
-                bp = ax.boxplot([data[k] for k in keep], orientation="horizontal", showfliers=False, patch_artist=True)
-                for patch, k in zip(bp["boxes"], keep):
-                    patch.set_facecolor(plotting.color(list(METHODS)[k]))
-                    patch.set_alpha(0.6)
-                ax.set_yticks(range(1, len(keep) + 1), [labels[k] for k in keep] if j == 0 else [""] * len(keep),
-                              fontsize=6)
+                if keep:
+                    bp = ax.boxplot([data[k] for k in keep], positions=[k + 1 for k in keep], orientation="horizontal",
+                                    showfliers=False, patch_artist=True)
+                    for patch, k in zip(bp["boxes"], keep):
+                        patch.set_facecolor(plotting.color(list(METHODS)[k]))
+                        patch.set_alpha(0.6)
+                ax.set_yticks(range(1, len(labels) + 1), labels if j == 0 else [""] * len(labels), fontsize=6)
+                ax.set_ylim(0.5, len(labels) + 0.5)
                 ax.axvline(0, color="black", lw=0.8)
                 ax.set_xlabel("log10(bound / true local Lipschitz)")
                 ax.set_title(f"{m}, per {scope}")
