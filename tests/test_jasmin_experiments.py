@@ -12,6 +12,15 @@ from harness.kernels.power import dense_jacobian
 from harness.registry import Context, get_experiment
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Dense SVDs with 2 threads on the shared 2-core machine are ~15x slower under load than with 1."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _realish(seed=0, B=2, n=6, d=8, h=2, bias=True, radius=3.0):
     """Weights with biases and tokens of norm ~ radius around a shared mean (like LayerNorm outputs + drift)."""
     g = torch.Generator().manual_seed(seed)
