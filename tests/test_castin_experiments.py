@@ -1,0 +1,195 @@
+"""Castin experiments: the batched layer operator vs dense float64 Jacobians, the estimators, Prop. 3.4 via the
+dh x dh route vs harness.bounds.castin, soundness (bounds >= exact constants), mass splitting (two routes agree,
+worked example), slope fits, and the experiments at test scale (tiny random model, synthetic text)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from experiments import _castin_common as C
+from harness.kernels.attention import AttentionWeights
+from harness.kernels.power import dense_jacobian, paper_estimator
+
+DT = torch.float64
+
+
+def _w(d=8, h=2, seed=0, scale=2.0, bias=True):
+    return AttentionWeights.random(d, h, scale=scale, dtype=DT, generator=torch.Generator().manual_seed(seed), bias=bias)
+
+
+def _X(B, n, d, seed=1, scale=1.0):
+    return scale * torch.randn(B, n, d, dtype=DT, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_layer_operator_matches_dense_jacobian(causal):
+    w, X = _w(), _X(3, 5, 8)
+    mv, rmv = C.layer_operator(X, w, causal)
+    U = _X(3, 5, 8, seed=7)
+    for b in range(3):
+        J = dense_jacobian(C.layer_map(w, causal), X[b])  # (nd, nd)
+        assert torch.allclose(mv(U)[b].flatten(), J @ U[b].flatten(), rtol=1e-10, atol=1e-12)
+        assert torch.allclose(rmv(U)[b].flatten(), J.T @ U[b].flatten(), rtol=1e-10, atol=1e-12)
+        exact = torch.linalg.matrix_norm(J, ord=2)
+        got = C.lipschitz(X, w, causal, tol=1e-12).value[b]
+        assert abs(float(got - exact)) <= 1e-6 * float(exact)
+
+
+def test_batched_matches_one_by_one_and_power():
+    w, X = _w(12, 3, seed=2), _X(4, 6, 12, seed=3)
+    batched = C.lipschitz(X, w, tol=1e-12).value
+    single = torch.stack([C.lipschitz(X[i:i + 1], w, tol=1e-12).value[0] for i in range(4)])
+    power = C.lipschitz(X, w, tol=1e-14, method="power", iters=20000).value
+    assert torch.allclose(batched, single, rtol=1e-6)
+    assert torch.allclose(batched, power, rtol=1e-5)
+
+
+def test_warm_start_gives_same_value():
+    w = _w(8, 2, seed=4)
+    X4, X6 = _X(3, 4, 8, seed=5), _X(3, 6, 8, seed=6)
+    prev = C.lipschitz(X4, w, tol=1e-12).vector
+    cold = C.lipschitz(X6, w, tol=1e-12).value
+    warm = C.lipschitz(X6, w, tol=1e-12, v0=C.warm_start(prev, X6.shape, dtype=DT)).value
+    assert torch.allclose(cold, warm, rtol=1e-6)
+    with pytest.raises(ValueError, match="feature dimension"):
+        C.warm_start(torch.ones(1, 2, 3, dtype=DT), (1, 2, 4))
+
+
+def test_paper_value_equals_paper_estimator_and_is_not_the_norm():
+    w, X = _w(8, 2, seed=8), _X(2, 5, 8, seed=9)
+    for causal in (False, True):
+        ours = C.paper_value(X, w, causal)
+        ref = paper_estimator(C.layer_map(w, causal), X, iters=5)
+        assert torch.allclose(ours, ref, rtol=1e-10)
+    true = C.lipschitz(X, w).value
+    assert not torch.allclose(ours, true, rtol=1e-2)  # the defect changes the number
+
+
+def test_stacked_heads_operator_is_single_head():
+    w = _w(8, 2, seed=10, bias=False)
+    X = _X(2, 4, 8, seed=11)
+    wh = C.stack_heads(w, [1, 0])
+    vals = C.lipschitz(X, wh, tol=1e-12).value
+    for b, l in enumerate([1, 0]):
+        J = dense_jacobian(C.layer_map(w.head(l)), X[b])
+        assert abs(float(vals[b] - torch.linalg.matrix_norm(J, ord=2))) <= 1e-6 * float(vals[b])
+
+
+@pytest.mark.parametrize("d,h,seed", [(8, 2, 0), (12, 3, 1), (6, 1, 2), (16, 4, 3)])
+def test_prop34_lowrank_matches_bounds_castin(d, h, seed):
+    from harness.bounds.castin import adversarial_input, lower_bound, prop34_choice
+
+    w = _w(d, h, seed=seed, bias=False)
+    ref, ours = prop34_choice(w), C.prop34(w)
+    for l in range(h):
+        assert (ref[l] is None) == (ours[l] is None)
+        if ref[l] is None:
+            continue
+        assert ref[l]["case"] == ours[l]["case"]
+        assert abs(float(ref[l]["gamma"] - ours[l]["gamma"])) <= 1e-9 * max(1.0, abs(float(ref[l]["gamma"])))
+        Ac = w.A()[l].T
+        u = ours[l]["u"]
+        assert float((Ac @ u - ours[l]["lam"] * u).norm()) <= 1e-9 * max(1.0, float(torch.linalg.matrix_norm(Ac, 2)))
+        if abs(float(ours[l]["lam"])) < 1e-12:  # eigenvalue 0: a (d - dh)-dim eigenspace, u not unique
+            continue
+        X1, X2 = adversarial_input(w, l, 5, 2.0), C.prop34_input(ours[l], 5, 2.0)
+        assert min(float((X1 - X2).abs().max()), float((X1 + X2).abs().max())) <= 1e-9  # u up to sign
+        lb = C.prop34_lower_bound(ours[l], w.VO()[l], 5, 2.0)
+        assert abs(lb - float(lower_bound(w, 5, 2.0)[l])) <= 1e-9 * lb
+
+
+def test_prop34_lower_bound_below_true_constant_and_bound_above():
+    """Soundness: Prop. 3.4 LB <= ||Df_l(X_adv)|| <= Thm 3.3 bound, per head, several n and R."""
+    w = _w(8, 2, seed=12, bias=False)
+    ch = C.prop34(w)
+    for n in (2, 5, 9):
+        for R in (0.5, 2.0, 4.0):
+            for l, c in enumerate(ch):
+                if c is None:
+                    continue
+                X = C.prop34_input(c, n, R)[None]
+                lip = float(C.lipschitz(X, C.stack_heads(w, [l]), tol=1e-12).value[0])
+                lb = C.prop34_lower_bound(c, w.VO()[l], n, R)
+                from harness.bounds.castin import bound
+
+                ub = float(bound(X[0], w)[l])
+                assert lb <= lip * (1 + 1e-6), (n, R, l, lb, lip)
+                assert lip <= ub * (1 + 1e-9)
+
+
+def test_castin_bound_total_above_layer_constant():
+    w = _w(8, 2, seed=13)
+    for causal in (False, True):
+        X = _X(3, 6, 8, seed=14, scale=2.0)
+        assert (C.castin_bound_total(X, w, causal) >= C.lipschitz(X, w, causal).value).all()
+
+
+def test_loglog_fit_recovers_power_law_and_ci():
+    n = np.repeat(np.arange(2, 101, 2), 3).astype(float)
+    rng = np.random.default_rng(0)
+    y = 3.0 * n ** 0.5 * np.exp(0.05 * rng.standard_normal(n.size))
+    f = C.loglog_fit(n, y)
+    assert f["slope_lo"] < 0.5 < f["slope_hi"] and abs(f["slope"] - 0.5) < 0.02
+    assert abs(f["const_sqrt"] - 3.0) < 0.1
+    assert math.isnan(C.loglog_fit([1, 2], [1, 2])["slope"])
+    assert C.fmt_fit({"slope": float("nan")}) == "n/a"
+
+
+def test_parse_ns():
+    assert C.parse_ns("2:10:4,3") == [2, 3, 6, 10]
+    assert C.parse_ns(5) == [5]
+    with pytest.raises(ValueError, match="sequence-length"):
+        C.parse_ns("0,1")
+    with pytest.raises(ValueError, match="pretrained"):
+        C.pretrained_arg("yes")
+
+
+def test_mass_splitting_two_routes_agree_and_worked_example():
+    from experiments.mass_splitting import explicit_duplication
+    from harness.bounds.mass_splitting import mass_splitting_map
+
+    xs = torch.linspace(-4, 4, 13, dtype=DT)
+    x1, x2 = (t.reshape(-1) for t in torch.meshgrid(xs, xs, indexing="ij"))
+    for a, b in ((1, 1), (1, 2), (3, 1)):
+        wm = mass_splitting_map(x1, x2, a / (a + b))
+        ex = explicit_duplication(x1, x2, a, b)
+        assert torch.allclose(wm["unsplit"], ex["unsplit"], rtol=1e-10)
+        assert torch.allclose(wm["split"], ex["split"], rtol=1e-10)
+    ex = explicit_duplication(torch.tensor([-3.0], dtype=DT), torch.tensor([-0.3], dtype=DT), 1, 1)
+    assert abs(float(ex["unsplit"][0]) - 1.382) < 5e-4 and abs(float(ex["split"][0]) - 2.011) < 5e-4
+
+
+def test_decoder_forward_restores_flag():
+    class Cfg:
+        model_type, is_decoder = "bert", False
+
+    class M:
+        config = Cfg()
+
+    m = M()
+    with C.decoder_forward(m, True):
+        assert m.config.is_decoder
+    assert not m.config.is_decoder
+
+
+@pytest.mark.parametrize("name", ["castin_sqrt_n", "castin_gamma", "castin_radius", "castin_magnitude",
+                                  "mass_splitting"])
+def test_experiment_runs_at_test_scale(name, tmp_path):
+    """Every Castin experiment at test scale (tiny random BERT, synthetic text: no shared data needed)."""
+    from harness.registry import Context, get_experiment
+
+    exp = get_experiment(name)
+    ctx = Context(scale="test", cache_dir=tmp_path, progress=False)
+    cells = exp.cells("test")
+    rows = exp.run(cells[0], ctx)
+    assert rows and all(isinstance(r, dict) for r in rows)
+    import pandas as pd
+
+    table = pd.DataFrame([dict(cells[0], **r) for r in rows])
+    assert isinstance(exp.summary(table), str)
+    if name == "castin_sqrt_n":
+        real = table
+        assert (real["bound_castin"] >= real["lipschitz"]).all() and real["converged"].all()
