@@ -307,8 +307,8 @@ def multihead_rows(w: AttentionWeights, X: torch.Tensor, eps_list, residual: boo
         else:
             vals["pgd_plain"], vals["pgd"] = 0 * et, 0 * et
         for s in range(X.shape[0]):
-            for b, v in vals.items():
-                rows.append(dict(quantity="delta", variant=b, eps=float(e), sample=s, value=float(v[s]),
+            for b, val in vals.items():
+                rows.append(dict(quantity="delta", variant=b, eps=float(e), sample=s, value=float(val[s]),
                                  zeta=float(t.zeta[s]), X_fro=float(X[s].norm()), X_spec=float(torch.linalg.matrix_norm(X[s], ord=2))))
     return rows
 
