@@ -80,17 +80,24 @@ class ZetaOperator:
 
     def __init__(self, X: Tensor, w: AttentionWeights, residual: bool):
         self.P = probs(X, w)  # (..., h, n, n), biases included
-        self.w = w
+        self.PT = self.P.transpose(-1, -2)
+        self.h, self.dh = w.h, w.dh
+        self.Wv = w.wv.permute(1, 0, 2).reshape(w.d, w.h * w.dh)  # (d, h*dh): all heads' wv side by side
+        self.Wo = w.wo.reshape(w.h * w.dh, w.d)  # (h*dh, d): stacked wo, so concat @ Wo sums the heads
         self.residual = residual
 
+    def _heads(self, Z: Tensor) -> Tensor:  # (..., n, h*dh) -> (..., h, n, dh)
+        return Z.unflatten(-1, (self.h, self.dh)).transpose(-2, -3)
+
+    def _cat(self, Z: Tensor) -> Tensor:  # (..., h, n, dh) -> (..., n, h*dh)
+        return Z.transpose(-2, -3).flatten(-2)
+
     def matvec(self, G: Tensor) -> Tensor:  # (..., n, d) -> (..., n, d)
-        V = G.unsqueeze(-3) @ self.w.wv  # (..., h, n, dh)
-        Y = ((self.P @ V) @ self.w.wo).sum(-3)  # (..., n, d)
+        Y = self._cat(self.P @ self._heads(G @ self.Wv)) @ self.Wo  # sum_l P_l (G wv_l) wo_l
         return Y + G if self.residual else Y
 
     def rmatvec(self, Y: Tensor) -> Tensor:  # (..., n, d) -> (..., n, d)
-        U = Y.unsqueeze(-3) @ self.w.wo.transpose(-1, -2)  # (..., h, n, dh)
-        G = ((self.P.transpose(-1, -2) @ U) @ self.w.wv.transpose(-1, -2)).sum(-3)  # (..., n, d)
+        G = self._cat(self.PT @ self._heads(Y @ self.Wo.T)) @ self.Wv.T  # sum_l P_l^T (Y wo_l^T) wv_l^T
         return G + Y if self.residual else G
 
 
