@@ -187,6 +187,14 @@ def _panel_keys(df, keys):
     return [k for k, _ in df.groupby(keys, sort=False, dropna=False)]
 
 
+def _ticks(ax):
+    """Plain major tick labels on the log n axis, no minor labels (they overlap on short ranges)."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _label(model, layer, masked=None, extra=""):
     m = "masked" if masked else "unmasked"
     return f"{model} L{layer}" + ("" if masked is None else f" {m}") + (f" {extra}" if extra else "")
@@ -216,6 +224,7 @@ def sqrt_n_figures(table, outdir):
             plotting.caption(ax, f"{_label(k[0], k[1], k[2], k[3])}\nslope ours {fl['slope']:.2f}, "
                                  f"paper est. {fp['slope']:.2f}")
             ax.set_xlabel("n")
+            _ticks(ax)
         for ax in list(axes.flat)[len(groups):]:
             ax.set_visible(False)
         axes.flat[0].legend(fontsize=6)
@@ -245,6 +254,7 @@ def sqrt_n_figures(table, outdir):
             plotting.caption(ax, f"{_label(k[0], k[1])} R={g['radius'].iloc[0]:.1f} ({k[2]:g}x mean)\n"
                                  f"head {best}: slope {f['slope']:.2f}, C={f['const_sqrt']:.2f}")
             ax.set_xlabel("n")
+            _ticks(ax)
         for ax in list(axes.flat)[len(groups):]:
             ax.set_visible(False)
         axes.flat[0].legend(fontsize=6)
