@@ -5,7 +5,7 @@ Run timed: `pytest benchmarks --benchmark-only`; as plain tests (tiny sizes, eac
 """
 from __future__ import annotations
 
-import math
+import os
 import threading
 import time
 
@@ -128,8 +128,10 @@ def _rel(a, b):
 
 @pytest.fixture(autouse=True)
 def _threads(disabled):
+    """1 intra-op thread unless ATTNLIP_BENCH_THREADS says otherwise: on the shared 2-core CI box 2 threads made
+    every case 3-20x slower (see docs/notes/bounds-lofast.md)."""
     n = torch.get_num_threads()
-    torch.set_num_threads(1 if disabled else min(n, 2))
+    torch.set_num_threads(1 if disabled else int(os.environ.get("ATTNLIP_BENCH_THREADS", "1")))
     yield
     torch.set_num_threads(n)
 

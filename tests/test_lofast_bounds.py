@@ -1,6 +1,5 @@
 """LoFAST bounds (harness.bounds.lofast) against dense float64 oracles and PGD lower bounds (MATH.md §1)."""
 import math
-import warnings
 
 import pytest
 import torch

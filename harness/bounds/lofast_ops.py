@@ -12,7 +12,7 @@ Two linear operators on perturbations G in R^{n x d}, never materialized:
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Union
 
 import torch
 
