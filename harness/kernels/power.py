@@ -109,17 +109,20 @@ def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence, kry
     rel = torch.full(batch_shape, float("inf"), dtype=v0.dtype, device=v0.device)
     done = torch.zeros(batch_shape, dtype=torch.bool, device=v0.device)
     applied = 0
+    steps = min(krylov, iters)
+    basis = torch.empty(*batch_shape, steps, x.shape[-1], dtype=v0.dtype, device=v0.device)  # (*batch, k, N)
     while applied < iters and not bool(done.all()):
-        Vs, alphas, betas = [x], [], []
-        w_prev_beta = None
+        basis[..., 0, :] = x
+        alphas, betas = [], []
         for j in range(min(krylov, iters - applied)):
-            w = M(Vs[-1])  # (*batch, N)
+            vj = basis[..., j, :]
+            w = M(vj)  # (*batch, N)
             applied += 1
-            a = (w * Vs[-1]).sum(-1)
-            w = w - a[..., None] * Vs[-1]
-            if w_prev_beta is not None:
-                w = w - w_prev_beta[..., None] * Vs[-2]
-            V = torch.stack(Vs, dim=-2)  # (*batch, j+1, N)
+            a = (w * vj).sum(-1)
+            w = w - a[..., None] * vj
+            if j > 0:
+                w = w - betas[-1][..., None] * basis[..., j - 1, :]
+            V = basis[..., : j + 1, :]  # (*batch, j+1, N) view, no copy
             for _ in range(2):  # full reorthogonalization, twice is enough
                 w = w - ((V @ w[..., None])[..., 0][..., None, :] @ V)[..., 0, :]
             b = w.norm(dim=-1)
@@ -146,12 +149,10 @@ def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence, kry
             ritz = ritz / ritz.norm(dim=-1, keepdim=True).clamp_min(tiny)
             x = torch.where(upd[..., None], ritz, x)
             done = done | (upd & conv)
-            if bool(done.all()) or bool(broke.all()):
+            if bool(done.all()) or bool(broke.all()) or j + 1 >= steps:
                 break
             nxt = w / b[..., None].clamp_min(tiny)
-            nxt = torch.where(broke[..., None], torch.zeros_like(nxt), nxt)
-            Vs.append(nxt)
-            w_prev_beta = b
+            basis[..., j + 1, :] = torch.where(broke[..., None], torch.zeros_like(nxt), nxt)
     _report(done, rel, applied, tol, on_nonconvergence, "Lanczos iteration")
     return PowerResult(theta.sqrt(), done, unflat(x), applied, rel)
 
