@@ -240,7 +240,7 @@ def sqrt_n_figures(table, outdir):
         nrow = math.ceil(len(groups) / ncol)
         fig, axes = plotting.figure(nrow, ncol, squeeze=False)
         for ax, (k, g) in zip(axes.flat, groups):
-            best = g.loc[g["gamma"].idxmax(), "head"]
+            best = int(g.loc[g["gamma"].idxmax(), "head"])
             for l, gh in g.groupby("head"):
                 ax.loglog(gh["n"], gh["lipschitz"], color=plotting.color("lipschitz"), alpha=0.25, lw=0.7)
             gb = g[g["head"] == best]
@@ -301,7 +301,7 @@ def sqrt_n_summary(table) -> str:
                    "C in C sqrt(n) layer / head alone | slope paper estimator | min Lip_head / Prop 3.4 LB |")
         out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for k, g in adv.groupby(["model", "layer", "radius_factor"], sort=False):
-            best = g.loc[g["gamma"].idxmax(), "head"]
+            best = int(g.loc[g["gamma"].idxmax(), "head"])
             gb = g[g["head"] == best]
             per_head = [C.loglog_fit(gh["n"], gh["lipschitz"])["slope"] for _, gh in g.groupby("head")]
             ratio = (g["lipschitz_head"] / g["lower_bound"]).min()
