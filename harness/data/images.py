@@ -42,7 +42,7 @@ def _fashion(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, s
     files = [d / f"{stem}-images-idx3-ubyte.gz", d / f"{stem}-labels-idx1-ubyte.gz"]
     for f in files:
         if not f.is_file():
-            raise FileNotFoundError(f"missing Fashion-MNIST file {f} (pass root=... or set {paths.FASHION_ENV})")
+            raise paths.DataNotFound(f"missing Fashion-MNIST file {f} (pass root=... or set {paths.FASHION_ENV})")
     X = _read_idx(files[0])[:, None]  # (N, 1, 28, 28) uint8
     y = _read_idx(files[1]).astype(np.int64)
     if len(X) != len(y):
@@ -71,7 +71,7 @@ def _cifar10(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, s
     for nm in names:
         f = d / nm
         if not f.is_file():
-            raise FileNotFoundError(f"missing CIFAR-10 batch {f} (python pickle format, cifar-10-batches-py)")
+            raise paths.DataNotFound(f"missing CIFAR-10 batch {f} (python pickle format, cifar-10-batches-py)")
         with open(f, "rb") as fh:
             batch = pickle.load(fh, encoding="bytes")
         xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))

