@@ -1,5 +1,4 @@
 """Cache primitives: canonical JSON, atomic writes, checksummed cell files, artifacts."""
-import json
 import math
 
 import pytest

@@ -1,6 +1,5 @@
 """JaSMin experiments: every bound >= the truth on small real-ish inputs, truths vs dense Jacobians, the LoFAST
 composition in _jasmin_common vs harness.bounds.lofast, and test-scale runs of the three experiments."""
-import math
 
 import pytest
 import torch
@@ -12,13 +11,6 @@ from harness.kernels.power import dense_jacobian
 from harness.registry import Context, get_experiment
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Dense SVDs with 2 threads on the shared 2-core machine are ~15x slower under load than with 1."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _realish(seed=0, B=2, n=6, d=8, h=2, bias=True, radius=3.0):

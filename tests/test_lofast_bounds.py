@@ -13,13 +13,6 @@ DT = torch.float64
 RTOL = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add contention on the shared CI cores (7x slower measured)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def make(seed, n=5, d=8, h=2, scale=1.0, xscale=1.0, batch=(), bias=False):

@@ -1,9 +1,7 @@
 """harness.models.certify: Theorem 1 propagation equals harness.bounds.lofast, and Prop. 1 certificates are sound."""
-import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from harness.bounds import lofast
 from harness.kernels.attention import AttentionWeights

@@ -7,13 +7,6 @@ from harness.kernels.attention import attention, probs
 hf = pytest.importorskip("harness.models.hf")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small models run fastest on one thread on the shared CPU."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
 
 TINY = {
     "bert-base-uncased": {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,

@@ -96,7 +96,6 @@ def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence, kry
     """Batched restarted Lanczos on M = A^T A (see top_singular_value)."""
     batch_shape = v0.shape[: v0.dim() - event_dims]
     event_shape = v0.shape[v0.dim() - event_dims:]
-    nb = v0.dim() - event_dims
     tiny = torch.finfo(v0.dtype).tiny
     eps_mach = torch.finfo(v0.dtype).eps
     flat = lambda t: t.reshape(*batch_shape, -1)  # (*batch, N)
