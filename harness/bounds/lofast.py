@@ -70,12 +70,15 @@ def _out(value: Tensor, info: LofastInfo, return_info: bool):
 
 
 # ---- exact metrics ----------------------------------------------------------------------------------------
-def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, tol: Optional[float] = None, iters: int = 2000,
-         seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False, on_nonconvergence: str = "warn",
-         **kw):
-    """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,)."""
+def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool = False, tol: Optional[float] = None,
+         iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False,
+         on_nonconvergence: str = "warn", **kw):
+    """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,).
+
+    causal=True (ours, beyond the paper) uses the masked P_l; Lemma 1's argument holds for any fixed P_l.
+    """
     w = prepare(X, w)
-    res = _power(ZetaOperator(X, w, residual), X.shape, 2, X, tol, iters, seed, v0, on_nonconvergence, kw)
+    res = _power(ZetaOperator(X, w, residual, causal), X.shape, 2, X, tol, iters, seed, v0, on_nonconvergence, kw)
     return _out(res.value, LofastInfo(res.converged, zeta=res), return_info)
 
 
@@ -96,18 +99,18 @@ def xi(X: Tensor, w: AttentionWeights) -> Tensor:
 
 
 # ---- Delta_1 (eqs. 9-12) ----------------------------------------------------------------------------------
-def delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, **power) -> Tensor:
+def delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causal: bool = False, **power) -> Tensor:
     """Lemma 1: max Delta_1 over the eps-ball = zeta(X) eps (exact): (...,)."""
     e = check_eps(eps, X)
-    return zeta(X, w, residual, **power) * e
+    return zeta(X, w, residual, causal=causal, **power) * e
 
 
-def naive_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True) -> Tensor:
+def naive_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causal: bool = False) -> Tensor:
     """Eq. 9: Delta_1 <= (||H|| + sum_l ||VO_l|| ||P_l(X)||) eps: (...,)."""
     w = prepare(X, w)
     e = check_eps(eps, X)
     vo = prod_norm(w.wv, w.wo.transpose(-1, -2))  # (h,) ||VO_l||
-    s = (vo * spec(probs(X, w))).sum(-1)  # (...,)
+    s = (vo * spec(probs(X, w, causal))).sum(-1)  # (...,)
     return ((1.0 if residual else 0.0) + s) * e
 
 
@@ -164,22 +167,26 @@ def delta2(X: Tensor, w: AttentionWeights, eps: Eps, fine: bool = True, softmax_
 
 # ---- Theorem 1 and its eps -> 0 limit --------------------------------------------------------------------
 def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, fine: bool = True,
-          softmax_lip: float = 1.0, *, return_info: bool = False, **power):
-    """Theorem 1: ||F(X') - F(X)||_F <= delta(X, eps) for ||X' - X||_F <= eps: (..., n, d) -> (...,)."""
+          softmax_lip: float = 1.0, *, causal: bool = False, return_info: bool = False, **power):
+    """Theorem 1: ||F(X') - F(X)||_F <= delta(X, eps) for ||X' - X||_F <= eps: (..., n, d) -> (...,).
+
+    causal=True (ours): zeta uses the masked P_l; the Delta_2 terms are unchanged and stay valid, because a masked
+    row's score change is the unmasked one restricted to j <= i (a projection, which can only shrink its norm).
+    """
     w = prepare(X, w)
     e = check_eps(eps, X)
-    z, zi = zeta(X, w, residual, return_info=True, **power)
+    z, zi = zeta(X, w, residual, causal=causal, return_info=True, **power)
     d2, mi = delta2(X, w, e, fine, softmax_lip, return_info=True, **power)
     info = LofastInfo(zi.converged & mi.converged, zeta=zi.zeta, m=mi.m)
     return _out(z * e + d2, info, return_info)
 
 
 def lipschitz_upper(X: Tensor, w: AttentionWeights, residual: bool = True, fine: bool = True,
-                    softmax_lip: float = 1.0, *, return_info: bool = False, **power):
-    """lim_{eps->0} delta(X, eps)/eps = zeta + c/sqrt(dh) sum_l m_l ||X VO_l|| >= ||J_F(X)||: (...,)."""
+                    softmax_lip: float = 1.0, *, causal: bool = False, return_info: bool = False, **power):
+    """lim_{eps->0} delta(X, eps)/eps = zeta + c/sqrt(dh) sum_l m_l ||X VO_l|| >= ||J_F(X)||: (...,). causal: see delta."""
     c = check_softmax_lip(softmax_lip)
     w = prepare(X, w)
-    z, zi = zeta(X, w, residual, return_info=True, **power)
+    z, zi = zeta(X, w, residual, causal=causal, return_info=True, **power)
     if fine:
         m, mi = m_norms(X, w, return_info=True, **power)
     else:

@@ -78,8 +78,8 @@ def prod_norm(a: Tensor, b: Tensor) -> Tensor:
 class ZetaOperator:
     """T_X(G) = H G + sum_l P_l G wv_l wo_l on G (..., n, d), batched over X's leading axes (Lemma 1)."""
 
-    def __init__(self, X: Tensor, w: AttentionWeights, residual: bool):
-        self.P = probs(X, w)  # (..., h, n, n), biases included
+    def __init__(self, X: Tensor, w: AttentionWeights, residual: bool, causal: bool = False):
+        self.P = probs(X, w, causal)  # (..., h, n, n), biases included
         self.PT = self.P.transpose(-1, -2)
         self.h, self.dh = w.h, w.dh
         self.Wv = w.wv.permute(1, 0, 2).reshape(w.d, w.h * w.dh)  # (d, h*dh): all heads' wv side by side
@@ -101,10 +101,10 @@ class ZetaOperator:
         return G + Y if self.residual else G
 
 
-def zeta_dense_matrix(X: Tensor, w: AttentionWeights, residual: bool = True) -> Tensor:
+def zeta_dense_matrix(X: Tensor, w: AttentionWeights, residual: bool = True, causal: bool = False) -> Tensor:
     """Explicit eq. 12 matrix H (x) I_d + sum_l P_l (x) VO_l^T (nd x nd) for one X (n, d): the dense oracle."""
     n, d = X.shape
-    P = probs(X, w)  # (h, n, n)
+    P = probs(X, w, causal)  # (h, n, n)
     VO = w.VO()  # (h, d, d)
     T = sum(torch.kron(P[l], VO[l].T.contiguous()) for l in range(w.h))
     if residual:
