@@ -178,7 +178,7 @@ def all_bounds(X, w, causal: bool = False, tol: float = 1e-9, iters: int = 1000)
     Kim/Specformer (JaSMin Thm 1, r = 0), Castin Thm 3.3, JaSMin Thm 3 (exact ||J_sm||, g_1), LoFAST's eps -> 0
     limit (fine m_l, coarse xi_l, sharpened softmax constant 1/2). Layer values of the per-head bounds are the
     sum over heads (triangle inequality); LoFAST's layer value is its own multi-head bound (zeta couples heads).
-    LoFAST has no causal mask: for causal models its columns are NaN.
+    Causal models use LoFAST's causal option (masked P in zeta; Delta_2 terms unchanged, still valid).
     """
     import math
 
@@ -195,17 +195,11 @@ def all_bounds(X, w, causal: bool = False, tol: float = 1e-9, iters: int = 1000)
     out["bound_jasmin_g1"] = t["vo"] * (t["p"] + 2 * t["x2"] * t["a"] * t["g1"])
     per_head = {k: v for k, v in out.items()}
     layer = {k: v.sum(-1) for k, v in per_head.items()}
-    B = X.shape[:-2]
-    if causal:
-        for key in ("bound_lofast_fine", "bound_lofast_coarse", "bound_lofast_sharp"):
-            per_head[key] = torch.full((*B, w.h), float("nan"), dtype=X.dtype)
-            layer[key] = torch.full(B, float("nan"), dtype=X.dtype)
-        return {"head": per_head, "layer": layer}
     # LoFAST eps -> 0 limit, zeta + c/sqrt(dh) sum_l m_l ||X VO_l|| (= lofast.lipschitz_upper, residual=False),
     # from one zeta and one m_norms power iteration per layer. For a single head zeta_l = ||P_l|| ||VO_l||
     # exactly (norm of a Kronecker product).
     pw = dict(tol=tol, iters=iters, on_nonconvergence="ignore")
-    zeta = lofast.zeta(X, w, residual=False, **pw)  # (B,)
+    zeta = lofast.zeta(X, w, residual=False, causal=causal, **pw)  # (B,)
     m_fine = lofast.m_norms(X, w, **pw)  # (B, h)
     m_coarse = lofast.xi(X, w)  # (B, h)
     v = lofast.delta22(X, w, 0.0)  # (B, h) ||X VO_l|| (with value bias)

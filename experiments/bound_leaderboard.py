@@ -7,7 +7,7 @@ iteration (kernels.power via bounds.castin.head_lipschitz per head; the whole la
 Bounds (harness.bounds): Kim/Specformer (JaSMin Thm 1, r = 0), Castin Thm 3.3, JaSMin Thm 3 with the exact
 ||J_sm|| and with g_1, LoFAST's eps -> 0 limit (fine m_l, coarse xi_l, sharpened softmax constant 1/2).
 Layer values of the per-head bounds are the sum over heads. Biased layers use JaSMin Remark 2 (ones column).
-LoFAST's functions have no causal mask, so its columns are empty for GPT-2.
+For causal GPT-2, LoFAST uses our causal option (masked P in zeta; its Delta_2 terms stay valid under a mask).
 """
 from __future__ import annotations
 
@@ -149,6 +149,6 @@ class BoundLeaderboard(Experiment):
         lines += ["", f"Bounds below the power-iteration truth: {viol} of {len(r)} (must be 0).",
                   "The paper's Fig. 6 compares Kim/Specformer, Castin and JaSMin heat maps per head for a JaSMin-trained "
                   "ViT-B on CIFAR-100 and finds JaSMin's tightest; here LoFAST's eps -> 0 limit (not in that paper) is "
-                  "added, on MiniLM, random GPT-2 and a small Fashion-MNIST ViT, per head and per layer. LoFAST has no "
-                  "causal variant in harness.bounds.lofast, so GPT-2 has no LoFAST rows."]
+                  "added, on MiniLM, random GPT-2 and a small Fashion-MNIST ViT, per head and per layer. For causal GPT-2 "
+                  "LoFAST uses our causal option of harness.bounds.lofast (masked P in zeta; not in the LoFAST paper)."]
         return "\n".join(lines)

@@ -61,15 +61,14 @@ def test_lofast_composition_equals_lipschitz_upper():
         assert torch.allclose(b["head"][key], ref_h, rtol=1e-6), key
 
 
-def test_causal_bounds_hold_and_lofast_is_left_out():
+def test_causal_bounds_hold_including_lofast():
     X, w = _realish(4)
     b = C.all_bounds(X, w, causal=True)
-    heads = C.head_lipschitz(X, w, True)
+    heads, layer = C.head_lipschitz(X, w, True), C.layer_lipschitz(X, w, True)
     for k in C.BOUND_COLUMNS:
-        if "lofast" in k:
-            assert torch.isnan(b["head"][k]).all()
-        else:
-            assert (b["head"][k] >= heads * (1 - 1e-9)).all(), k
+        assert torch.isfinite(b["head"][k]).all(), k
+        assert (b["head"][k] >= heads * (1 - 1e-9)).all(), k
+        assert (b["layer"][k] >= layer * (1 - 1e-9)).all(), k
 
 
 def test_bounds_on_minilm_layer(shared_data):
