@@ -28,7 +28,7 @@ import torch
 from harness.bounds.lofast_ops import (MOperator, ZetaOperator, check_eps, check_softmax_lip, prepare, prod_norm,
                                        query_key, spec)
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
-from harness.kernels.attention import AttentionWeights, probs
+from harness.kernels.attention import AttentionWeights, probs, project
 from harness.kernels.power import PowerResult, operator_norm
 
 Tensor = torch.Tensor
@@ -117,10 +117,7 @@ def naive_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True
 # ---- Delta_2 pieces (eqs. 13-22) --------------------------------------------------------------------------
 def _value_norm(X: Tensor, w: AttentionWeights) -> Tensor:
     """||X VO_l|| (with bv: ||(X wv_l + bv_l) wo_l||): (..., h)."""
-    V = X.unsqueeze(-3) @ w.wv  # (..., h, n, dh)
-    if w.bv is not None:
-        V = V + w.bv[:, None, :]
-    return prod_norm(V, w.wo.transpose(-1, -2))
+    return prod_norm(project(X, w.wv, w.bv), w.wo.transpose(-1, -2))  # V: (..., h, n, dh)
 
 
 def _head_eps(e: Tensor) -> Tensor:

@@ -16,7 +16,7 @@ from typing import Union
 
 import torch
 
-from harness.kernels.attention import AttentionWeights, check_input, probs
+from harness.kernels.attention import AttentionWeights, check_input, probs, project
 
 Tensor = torch.Tensor
 
@@ -115,13 +115,7 @@ def zeta_dense_matrix(X: Tensor, w: AttentionWeights, residual: bool = True, cau
 # ---- Lemma 2 operator -------------------------------------------------------------------------------------
 def query_key(X: Tensor, w: AttentionWeights):
     """Q_l = X wq_l + bq_l, K_l = X wk_l + bk_l: (..., n, d) -> two (..., h, n, dh) (unscaled)."""
-    Xh = X.unsqueeze(-3)  # (..., 1, n, d)
-    Q, K = Xh @ w.wq, Xh @ w.wk  # (..., h, n, dh)
-    if w.bq is not None:
-        Q = Q + w.bq[:, None, :]
-    if w.bk is not None:
-        K = K + w.bk[:, None, :]
-    return Q, K
+    return project(X, w.wq, w.bq), project(X, w.wk, w.bk)  # (..., h, n, dh) each
 
 
 class MOperator:

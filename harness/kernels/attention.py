@@ -242,10 +242,15 @@ def attention(X: Tensor, w: AttentionWeights, residual: bool = False, causal: bo
 
 def attention_unchecked(X: Tensor, w: AttentionWeights, residual: bool = False, causal: bool = False) -> Tensor:
     """attention() without input validation (for use inside torch.func transforms)."""
+    return attention_and_probs(X, w, residual, causal)[0]
+
+
+def attention_and_probs(X: Tensor, w: AttentionWeights, residual: bool = False, causal: bool = False):
+    """(F(X), P(X)) in one pass, without input validation: (..., n, d) -> ((..., n, d), (..., h, n, n))."""
     P = torch.softmax(scores(X, w, causal), dim=-1)  # (..., h, n, n)
     v = project(X, w.wv, w.bv)  # (..., h, n, dh)
     heads = (P @ v).transpose(-2, -3).flatten(-2)  # (..., n, h*dh), heads concatenated
     out = heads @ w.wo.reshape(w.h * w.dh, w.d)  # (..., n, d) = sum_l P_l v_l wo_l
     if w.bo is not None:
         out = out + w.bo
-    return out + X if residual else out
+    return (out + X if residual else out), P

@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
-from harness.kernels.attention import AttentionWeights, scores
+from harness.kernels.attention import AttentionWeights, attention_and_probs
 
 Tensor = torch.Tensor
 
@@ -24,14 +24,7 @@ def attend(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tuple[Tensor
 
     Same formula as harness.kernels.attention.attention_unchecked (tested equal), sharing P.
     """
-    P = torch.softmax(scores(X, w, causal), dim=-1)  # (..., h, n, n)
-    v = X.unsqueeze(-3) @ w.wv  # (..., h, n, dh)
-    if w.bv is not None:
-        v = v + w.bv[:, None, :]
-    out = ((P @ v) @ w.wo).sum(-3)  # (..., n, d)
-    if w.bo is not None:
-        out = out + w.bo
-    return out, P
+    return attention_and_probs(X, w, causal=causal)
 
 
 class MHSA(nn.Module):
