@@ -307,43 +307,7 @@ def pretrained_arg(value):
     raise ValueError(f"pretrained must be 'auto', true or false, got {value!r}")
 
 
-# ---- Prop. 3.4 through the rank-dh factorization ----------------------------------------------------------
-
-def prop34(w: AttentionWeights, rtol: float = 1e-9) -> list:
-    """Prop. 3.4's choice per head, as harness.bounds.castin.prop34_choice, from dh x dh eigenproblems.
-
-    A_c = wk wq^T / sqrt(dh) (d x d) has rank <= dh: its nonzero eigenvalues are those of
-    M = wq^T wk / sqrt(dh) (dh x dh), with eigenvectors u = wk z for M z = lam z; if dh < d, 0 is also an
-    eigenvalue (as the d x d route finds numerically). Cost O(h dh^3) instead of O(h d^3): 0.1 s instead of
-    ~30 s per GPT-2 layer. Returns per head dict(gamma, lam, u, case) or None (no real eigenvalue).
-    """
-    w.require_no_bias("Castin Prop. 3.4")
-    M = w.wq.transpose(-1, -2) @ w.wk / math.sqrt(w.dh)  # (h, dh, dh)
-    ev, vec = torch.linalg.eig(M)  # (h, dh), (h, dh, dh) complex
-    scale = torch.linalg.matrix_norm(M, ord=2).clamp_min(1.0)
-    out = []
-    for l in range(w.h):
-        real = ev[l].imag.abs() <= rtol * scale[l]
-        lams = ev[l].real[real].to(w.dtype)
-        vecs = vec[l][:, real].real.to(w.dtype)  # (dh, r); real eigenvalue -> real eigenvector up to phase
-        if w.dh < w.d:
-            lams = torch.cat([lams, lams.new_zeros(1)])
-        if lams.numel() == 0:
-            out.append(None)
-            continue
-        lmax, lmin = lams.max(), lams.min()
-        lam, case, g = (lmax, "max", lmax / 4) if lmax > -8 * lmin else (lmin, "min", -2 * lmin)
-        j = int((lams - lam).abs().argmin())
-        if j < vecs.shape[1] and lam != 0:
-            ph = vec[l][:, real][:, j]
-            z = (ph * (ph.abs().argmax() == torch.arange(len(ph))).to(ph.dtype)).sum()  # largest entry
-            z = (ph / (z / z.abs())).real.to(w.dtype)  # remove the complex phase
-            u = w.wk[l] @ z
-        else:  # eigenvalue 0: any unit vector orthogonal to the column space of wq (A_c u = wk wq^T u = 0)
-            u = torch.linalg.svd(w.wq[l].T, full_matrices=True).Vh[-1]
-        out.append(dict(gamma=g, lam=lam, u=u / u.norm(), case=case))
-    return out
-
+# ---- Prop. 3.4 inputs and lower bound for one head's choice (harness.bounds.castin.prop34_choice) --------
 
 def prop34_input(choice: dict, n: int, R: float) -> Tensor:
     """Prop. 3.4's input R(u, u/2, ..., u/2) (case max) or R(-u, u, ..., u) (case min): (n, d)."""

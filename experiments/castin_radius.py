@@ -17,6 +17,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from harness.bounds.castin import prop34_choice
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -32,7 +33,7 @@ def head_weights(source: str, seed: int):
     name, layer = source.split(":")
     pre = False if name.startswith("tiny") else None
     w = C.no_bias(C.weights(name, int(layer), pre, seed))
-    ch = C.prop34(w)
+    ch = prop34_choice(w)
     gam = [(-1.0 if c is None else float(c["gamma"])) for c in ch]
     l = int(np.argmax(gam))
     return w.head(l), f"{name} L{layer} head {l}"
@@ -161,10 +162,10 @@ def large_radius_rows(w, label, n, points, count, seed):
     g = torch.Generator().manual_seed(seed + 1)
     X0 = torch.randn(count, n, w.d, dtype=w.dtype, generator=g)
     X0 = X0 / X0.norm(dim=-1, keepdim=True)  # unit tokens: R is the radius
-    vnorm = float(torch.linalg.matrix_norm(w.VO()[0], ord=2))
+    vnorm = float(w.VO_norm()[0])
     limit = large_radius_limit(X0, w)[..., 0] / (vnorm * math.sqrt(n))  # (count,)
     rows = []
-    a = float(torch.linalg.matrix_norm(w.A()[0], ord=2))
+    a = float(w.A_norm()[0])
     for R in np.geomspace(0.5, 300.0, points) / math.sqrt(a):  # R sqrt(||A||) in [0.5, 300]: scores up to 9e4
         lip = _single_lip(float(R) * X0, w)
         for s in range(count):
@@ -177,7 +178,7 @@ def large_radius_rows(w, label, n, points, count, seed):
 def edge_rows(w, label, points):
     from harness.bounds.castin import meanfield_bound, weighted_dense_jacobian
 
-    c = C.prop34(w)[0]
+    c = prop34_choice(w)[0]
     gam = float(c["gamma"])
     rows = []
     for gr2 in np.linspace(0.5, 40.0, points):

@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from harness.bounds.castin import prop34_choice
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -154,7 +155,7 @@ def adversarial_rows(cell, ctx) -> List[Dict[str, Any]]:
     VO = wnb.VO()  # (h, d, d)
     R0 = mean_radius(cell, ctx)
     R = float(cell["radius_factor"]) * R0
-    choice = C.prop34(wnb)  # = harness.bounds.castin.prop34_choice via dh x dh eigenproblems (tested)
+    choice = prop34_choice(wnb)  # dh x dh eigenproblems (factored route)
     heads = [l for l, c in enumerate(choice) if c is not None]
     w, wh = w64.to(dt), C.stack_heads(wnb.to(dt), heads)
     rows, prev = [], None

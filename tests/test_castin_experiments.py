@@ -79,11 +79,12 @@ def test_stacked_heads_operator_is_single_head():
 
 
 @pytest.mark.parametrize("d,h,seed", [(8, 2, 0), (12, 3, 1), (6, 1, 2), (16, 4, 3)])
-def test_prop34_lowrank_matches_bounds_castin(d, h, seed):
+def test_prop34_factored_route_matches_dense_eigenproblem(d, h, seed):
+    """prop34_choice's default dh x dh route equals the explicit d x d eigenproblem of A_c (float64)."""
     from harness.bounds.castin import adversarial_input, lower_bound, prop34_choice
 
     w = _w(d, h, seed=seed, bias=False)
-    ref, ours = prop34_choice(w), C.prop34(w)
+    ref, ours = prop34_choice(w, method="dense"), prop34_choice(w)
     for l in range(h):
         assert (ref[l] is None) == (ours[l] is None)
         if ref[l] is None:
@@ -95,16 +96,25 @@ def test_prop34_lowrank_matches_bounds_castin(d, h, seed):
         assert float((Ac @ u - ours[l]["lam"] * u).norm()) <= 1e-9 * max(1.0, float(torch.linalg.matrix_norm(Ac, 2)))
         if abs(float(ours[l]["lam"])) < 1e-12:  # eigenvalue 0: a (d - dh)-dim eigenspace, u not unique
             continue
-        X1, X2 = adversarial_input(w, l, 5, 2.0), C.prop34_input(ours[l], 5, 2.0)
+        X1, X2 = C.prop34_input(ref[l], 5, 2.0), adversarial_input(w, l, 5, 2.0)
         assert min(float((X1 - X2).abs().max()), float((X1 + X2).abs().max())) <= 1e-9  # u up to sign
-        lb = C.prop34_lower_bound(ours[l], w.VO()[l], 5, 2.0)
+        lb = C.prop34_lower_bound(ref[l], w.VO()[l], 5, 2.0)
         assert abs(lb - float(lower_bound(w, 5, 2.0)[l])) <= 1e-9 * lb
+
+
+def test_prop34_choice_rejects_unknown_method():
+    from harness.bounds.castin import prop34_choice
+
+    with pytest.raises(ValueError, match="unknown method"):
+        prop34_choice(_w(8, 2, seed=0, bias=False), method="svd")
 
 
 def test_prop34_lower_bound_below_true_constant_and_bound_above():
     """Soundness: Prop. 3.4 LB <= ||Df_l(X_adv)|| <= Thm 3.3 bound, per head, several n and R."""
     w = _w(8, 2, seed=12, bias=False)
-    ch = C.prop34(w)
+    from harness.bounds.castin import prop34_choice
+
+    ch = prop34_choice(w)
     for n in (2, 5, 9):
         for R in (0.5, 2.0, 4.0):
             for l, c in enumerate(ch):

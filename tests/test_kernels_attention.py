@@ -106,3 +106,16 @@ def test_bad_inputs():
         AttentionWeights(torch.full((1, 2, 2), float("inf")), *(torch.randn(1, 2, 2) for _ in range(3)))
     with pytest.raises(ValueError, match="biases"):
         AttentionWeights.random(4, 2, bias=True).require_no_bias("this bound")
+
+
+@pytest.mark.parametrize("d,h,bias", [(12, 3, False), (12, 3, True), (4, 1, False), (6, 6, True)])
+def test_factored_norms_match_dense_svd(d, h, bias):
+    """A_norm / B_norm / VO_norm (QR of the rank-dh factors) equal the SVD of the explicit d x d products,
+    also for the augmented (d+1)-feature weights and for dh = d and dh = 1."""
+    g = torch.Generator().manual_seed(d + h)
+    w = AttentionWeights.random(d, h, scale=0.7, dtype=torch.float64, generator=g, bias=bias)
+    for ww in (w, w.augmented()):
+        for got, M in ((ww.A_norm(), ww.A()), (ww.B_norm(), ww.B()), (ww.VO_norm(), ww.VO())):
+            ref = torch.linalg.matrix_norm(M, ord=2)  # (h,)
+            assert got.shape == ref.shape == (h,)
+            assert torch.allclose(got, ref, rtol=1e-12, atol=0)

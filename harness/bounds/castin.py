@@ -72,8 +72,7 @@ def bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
         X, w = augment_input(X), w.augmented()
     n = X.shape[-2]
     R = X.norm(dim=-1).amax(-1, keepdim=True)  # (..., 1)
-    a = torch.linalg.matrix_norm(w.A(), ord=2)  # (h,)
-    v = torch.linalg.matrix_norm(w.VO(), ord=2)  # (h,)
+    a, v = w.A_norm(), w.VO_norm()  # (h,), from the rank-dh factors
     return math.sqrt(3) * v * (a.square() * R ** 4 * (4 * n + 1) + n).sqrt()
 
 
@@ -83,8 +82,7 @@ def meanfield_bound(w: AttentionWeights, R: Union[float, Tensor]) -> Tensor:
     R = _check_radius(R, "R").to(dtype=w.dtype, device=w.device)
     if w.has_bias:
         R, w = (R.square() + 1).sqrt(), w.augmented()
-    a = torch.linalg.matrix_norm(w.A(), ord=2)
-    v = torch.linalg.matrix_norm(w.VO(), ord=2)
+    a, v = w.A_norm(), w.VO_norm()  # (h,)
     r2 = R.unsqueeze(-1).square()  # (..., 1)
     return v * (1 + 3 * a * r2) * torch.exp(2 * a * r2)
 
@@ -107,26 +105,61 @@ def _null_vector(M: Tensor) -> Tensor:
     return torch.linalg.svd(M).Vh[-1]
 
 
-def prop34_choice(w: AttentionWeights) -> list:
+def _choose(lams: Tensor):
+    """Prop. 3.4's eigenvalue among the real ones: (lam, case, gamma), gamma = max(lam_max / 4, -2 lam_min)."""
+    lmax, lmin = lams.max(), lams.min()
+    return (lmax, "max", lmax / 4) if lmax > -8 * lmin else (lmin, "min", -2 * lmin)
+
+
+def prop34_choice(w: AttentionWeights, method: str = "factors", rtol: float = 1e-9) -> list:
     """Per head: dict(gamma, lam, u, case) of Prop. 3.4 for A_c = A_l^T, or None if A_c has no real eigenvalue.
 
     gamma = max(lam_max / 4, -2 lam_min) over the real eigenvalues; case "max" (lam_max > -8 lam_min, uses
     lam_max) or "min" (uses lam_min); u the unit real eigenvector of A_c for the chosen eigenvalue.
+    method "factors" (default): A_c = wk wq^T / sqrt(dh) has rank <= dh, so its nonzero eigenvalues are those
+    of M = wq^T wk / sqrt(dh) (dh x dh) with eigenvectors u = wk z (M z = lam z), plus 0 when dh < d:
+    O(h dh^3), ~0.1 s per GPT-2 layer. method "dense": eigenvalues of the d x d A_c (the oracle; ~30 s there).
     """
     _check_w(w)
     w.require_no_bias("Castin Prop. 3.4")
+    if method == "dense":
+        return _prop34_dense(w, rtol)
+    if method != "factors":
+        raise ValueError(f"unknown method {method!r}: use 'factors' or 'dense'")
+    M = w.wq.transpose(-1, -2) @ w.wk / math.sqrt(w.dh)  # (h, dh, dh)
+    ev, vec = torch.linalg.eig(M)  # (h, dh), (h, dh, dh) complex
+    scale = torch.linalg.matrix_norm(M, ord=2).clamp_min(1.0)  # (h,)
+    out = []
+    for l in range(w.h):
+        real = ev[l].imag.abs() <= rtol * scale[l]
+        lams = ev[l].real[real].to(w.dtype)
+        if w.dh < w.d:
+            lams = torch.cat([lams, lams.new_zeros(1)])
+        if lams.numel() == 0:
+            out.append(None)
+            continue
+        lam, case, g = _choose(lams)
+        j = int((lams - lam).abs().argmin())
+        if j < int(real.sum()) and lam != 0:
+            ph = vec[l][:, real][:, j]  # (dh,) complex; a real eigenvalue's eigenvector is real up to a phase
+            big = ph[ph.abs().argmax()]
+            u = w.wk[l] @ (ph / (big / big.abs())).real.to(w.dtype)
+        else:  # eigenvalue 0: any unit u orthogonal to the columns of wq (A_c u = wk wq^T u / sqrt(dh) = 0)
+            u = torch.linalg.svd(w.wq[l].T, full_matrices=True).Vh[-1]
+        out.append(dict(gamma=g, lam=lam, u=u / u.norm(), case=case))
+    return out
+
+
+def _prop34_dense(w: AttentionWeights, rtol: float) -> list:
+    """prop34_choice from the d x d eigenproblem of A_c (oracle for the factored route)."""
     Ac = w.A().transpose(-1, -2)  # (h, d, d)
     eye = torch.eye(w.d, dtype=w.dtype, device=w.device)
     out = []
-    for l, ev in enumerate(real_eigenvalues(Ac)):
+    for l, ev in enumerate(real_eigenvalues(Ac, rtol)):
         if ev.numel() == 0:
             out.append(None)
             continue
-        lmax, lmin = ev.max(), ev.min()
-        if lmax > -8 * lmin:
-            lam, case, g = lmax, "max", lmax / 4
-        else:
-            lam, case, g = lmin, "min", -2 * lmin
+        lam, case, g = _choose(ev)
         out.append(dict(gamma=g, lam=lam, u=_null_vector(Ac[l] - lam * eye), case=case))
     return out
 
@@ -222,8 +255,7 @@ def large_radius_limit(X: Tensor, w: AttentionWeights, causal: bool = False) -> 
         S = S.masked_fill(causal_mask(X.shape[-2], X.device), float("-inf"))
     jstar = S.argmax(-1)  # (..., h, n)
     counts = torch.nn.functional.one_hot(jstar, X.shape[-2]).sum(-2)  # (..., h, n)
-    v = torch.linalg.matrix_norm(w.VO(), ord=2)
-    return v * counts.amax(-1).to(X.dtype).sqrt()
+    return w.VO_norm() * counts.amax(-1).to(X.dtype).sqrt()
 
 
 def quadratic_example_input(w: AttentionWeights, head: int, n: int, R: float) -> Tensor:

@@ -44,8 +44,7 @@ def bound_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> dict:
     """
     X, w = _prepare(X, w)
     P = probs(X, w, causal)  # (..., h, n, n)
-    vo = torch.linalg.matrix_norm(w.VO(), ord=2)  # (h,)
-    a = torch.linalg.matrix_norm(w.A(), ord=2)  # (h,)
+    vo, a = w.VO_norm(), w.A_norm()  # (h,), from the rank-dh factors
     p = torch.linalg.matrix_norm(P, ord=2)  # (..., h)
     x2 = torch.linalg.matrix_norm(X, ord=2).square().unsqueeze(-1).expand_as(p)  # (..., h)
     jsm = jsm_norm(P).amax(-1)  # (..., h)

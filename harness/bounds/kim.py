@@ -47,7 +47,7 @@ def bound(X: Tensor, w: AttentionWeights, r: Union[float, Tensor] = 0.0, causal:
     X, w, r = _prepare(X, w, r)
     n = X.shape[-2]
     c2 = (torch.linalg.matrix_norm(X, ord="fro") + r).square().unsqueeze(-1)  # (..., 1)
-    v = torch.linalg.matrix_norm(w.VO(), ord=2)  # (h,)
+    v = w.VO_norm()  # (h,)
     q = torch.linalg.matrix_norm(w.wq, ord=2)
     k = torch.linalg.matrix_norm(w.wk, ord=2)
     return n * (n + 1) * c2 * (v * q * k + v)

@@ -17,6 +17,7 @@ from typing import Union
 import torch
 
 from harness.kernels.attention import AttentionWeights, check_input, probs, project
+from harness.kernels.linalg import prod_norm, spec  # noqa: F401 (re-exported for harness.bounds.lofast)
 
 Tensor = torch.Tensor
 
@@ -57,21 +58,6 @@ def check_softmax_lip(c: float) -> float:
         raise ValueError(f"softmax_lip = {c} is not a valid Lipschitz constant of the row softmax: "
                          f"the sharp constant is 1/2 (JaSMin Cor. 1), so softmax_lip must be >= 0.5")
     return float(c)
-
-
-def spec(A: Tensor) -> Tensor:
-    """Spectral norm over the last two axes: (..., m, p) -> (...,)."""
-    return torch.linalg.matrix_norm(A, ord=2)
-
-
-def prod_norm(a: Tensor, b: Tensor) -> Tensor:
-    """||a b^T|| for thin factors a (..., m, r), b (..., p, r), exactly via QR: (...,).
-
-    a = Qa Ra, b = Qb Rb with orthonormal Qa, Qb, so ||a b^T|| = ||Ra Rb^T|| (an r x r SVD, not m x p).
-    """
-    Ra = torch.linalg.qr(a, mode="r").R if a.shape[-2] > a.shape[-1] else a
-    Rb = torch.linalg.qr(b, mode="r").R if b.shape[-2] > b.shape[-1] else b
-    return spec(Ra @ Rb.transpose(-1, -2))
 
 
 # ---- Lemma 1 operator -------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from typing import Optional
 
 import torch
 
+from .linalg import prod_norm
+
 Tensor = torch.Tensor
 
 
@@ -173,6 +175,18 @@ class AttentionWeights:
     def VO(self) -> Tensor:
         """VO_l = wv_l wo_l: (h, d, d), the per-head value map."""
         return self.wv @ self.wo
+
+    def A_norm(self) -> Tensor:
+        """||A_l|| per head from the rank-dh factors (kernels.linalg.prod_norm), never forming A_l: (h,)."""
+        return prod_norm(self.wq, self.wk) / math.sqrt(self.dh)
+
+    def B_norm(self) -> Tensor:
+        """||B_l|| = ||wq_l wk_l^T|| per head (LoFAST Lemma 2), from the factors: (h,)."""
+        return prod_norm(self.wq, self.wk)
+
+    def VO_norm(self) -> Tensor:
+        """||VO_l|| = ||wv_l wo_l|| per head, from the factors: (h,)."""
+        return prod_norm(self.wv, self.wo.transpose(-1, -2))
 
     def require_no_bias(self, what: str) -> None:
         """Raise a clear error for bounds that the papers do not extend to biases."""

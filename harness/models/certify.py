@@ -62,8 +62,8 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
     VO = w.VO()  # (h, d, d)
     return LayerTerms(
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
-        b=torch.linalg.matrix_norm(w.B(), ord=2), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
-        vo=torch.linalg.matrix_norm(VO, ord=2), dh=w.dh, converged=conv)
+        b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
+        vo=w.VO_norm(), dh=w.dh, converged=conv)
 
 
 def layer_delta(t: LayerTerms, eps: Tensor, bound: str) -> Tensor:
