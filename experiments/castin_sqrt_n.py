@@ -61,6 +61,11 @@ class CastinSqrtN(Experiment):
         _real_grid("gpt2", [-1], [True], ["alice"], N_REAL),
         _real_grid("bert-base-uncased", [0, -1], [False], ["ag_news"], N_AG),
         _real_grid("gpt2", [0, -1], [True], ["ag_news"], N_AG),
+        # masked adversarial panels (Prop. 3.4's input under a causal mask; its lower bound is for the unmasked map)
+        _adv_grid("minilm", [0, -1], [True], [1.0, 2.0]),
+        _adv_grid("gpt2", [0], [True], [1.0, 4.0]),
+        _adv_grid("gpt2", [-1], [False, True], [1.0, 4.0]),
+        _adv_grid("bert-base-uncased", [-1], [False], [1.0, 4.0]),
     ]
     quick = [dict(_real_grid("minilm", [0, -1], [False, True], ["alice"], "2,4,8,16,32,64"), count=[4]),
              dict(_real_grid("minilm", [-1], [False], ["ag_news"], "2,4,8,16,32,64"), count=[4]),
@@ -69,7 +74,7 @@ class CastinSqrtN(Experiment):
              _adv_grid("minilm", [-1], [False], [1.0, 2.0], "2,4,8,16,32,64")]
     test = [dict(_real_grid("tiny-bert", [0], [False, True], ["synthetic"], "2,4,8"), count=[3],
                  precision=["float64"]),
-            dict(_adv_grid("tiny-bert", [0], [False], [2.0], "2,4,8"), precision=["float64"])]
+            dict(_adv_grid("tiny-bert", [0], [False, True], [2.0], "2,4,8"), precision=["float64"])]
 
     # ------------------------------------------------------------------------------------------------ run
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
@@ -235,7 +240,7 @@ def sqrt_n_figures(table, outdir):
         paths += plotting.save(fig, outdir, "castin_sqrt_n_real")
     adv = table[table["source"] == "adversarial"]
     if len(adv):
-        keys = ["model", "layer", "radius_factor"]
+        keys = ["model", "layer", "masked", "radius_factor"]
         groups = list(adv.groupby(keys, sort=False))
         ncol = min(4, len(groups))
         nrow = math.ceil(len(groups) / ncol)
@@ -252,7 +257,7 @@ def sqrt_n_figures(table, outdir):
             plotting.loglog(ax, gb["n"], gb["paper_estimator"], "paper estimator", key="paper", markersize=2)
             plotting.loglog(ax, gb["n"], gb["bound_castin"], "Thm 3.3 bound", key="castin", linestyle="--", marker=None)
             f = C.loglog_fit(gb["n"], gb["lipschitz"])
-            plotting.caption(ax, f"{_label(k[0], k[1])} R={g['radius'].iloc[0]:.1f} ({k[2]:g}x mean)\n"
+            plotting.caption(ax, f"{_label(k[0], k[1], k[2])} R={g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)\n"
                                  f"head {best}: slope {f['slope']:.2f}, C={f['const_sqrt']:.2f}")
             ax.set_xlabel("n")
             _ticks(ax)
@@ -297,11 +302,11 @@ def sqrt_n_summary(table) -> str:
     if len(adv):
         out.append("**Adversarial inputs** (Prop. 3.4 per head; paper: ~n^0.5, constants 4.39 and 5.73 for "
                    "pretrained BERT at R = 15.5 and 21.5)\n")
-        out.append("| model | layer | R (x mean) | heads | median gamma R^2 | slope layer (head max gamma) | "
+        out.append("| model | layer | mask | R (x mean) | heads | median gamma R^2 | slope layer (head max gamma) | "
                    "slope layer, median over heads | slope head alone (no bias; Prop 3.4's map) | slope Prop 3.4 LB | "
                    "C in C sqrt(n) layer / head alone | slope paper estimator | min Lip_head / Prop 3.4 LB |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for k, g in adv.groupby(["model", "layer", "radius_factor"], sort=False):
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for k, g in adv.groupby(["model", "layer", "masked", "radius_factor"], sort=False):
             best = int(g.loc[g["gamma"].idxmax(), "head"])
             gb = g[g["head"] == best]
             per_head = [C.loglog_fit(gh["n"], gh["lipschitz"])["slope"] for _, gh in g.groupby("head")]
@@ -309,12 +314,14 @@ def sqrt_n_summary(table) -> str:
             fb = C.loglog_fit(gb["n"], gb["lipschitz"])
             fh = C.loglog_fit(gb["n"], gb["lipschitz_head"])
             pre = "" if g["pretrained"].iloc[0] else " (random)"
-            out.append(f"| {k[0]}{pre} | {k[1]} | {g['radius'].iloc[0]:.1f} ({k[2]:g}x) | {g['head'].nunique()} | "
+            lb_ratio = "n/a (LB is for the unmasked map)" if bool(k[2]) else f"{ratio:.3g}"
+            out.append(f"| {k[0]}{pre} | {k[1]} | {'causal' if k[2] else 'none'} | {g['radius'].iloc[0]:.1f} "
+                       f"({k[3]:g}x) | {g['head'].nunique()} | "
                        f"{g['gamma_R2'].median():.3g} | {C.fmt_fit(fb)} | {np.nanmedian(per_head):.2f} | "
                        f"{C.fmt_fit(fh)} | {C.fmt_fit(C.loglog_fit(gb['n'], gb['lower_bound']))} | "
                        f"{fb['const_sqrt']:.3g} / {fh['const_sqrt']:.3g} | "
                        f"{C.fmt_fit(C.loglog_fit(gb['n'], gb['paper_estimator']))} | "
-                       f"{ratio:.3g} |")
+                       f"{lb_ratio} |")
     out.append("""
 **What differs from the paper and why.**
 - *Models*: no BERT-base / GPT-2 weights offline. The pretrained model is MiniLM-L6 (all-MiniLM-L6-v2, BERT

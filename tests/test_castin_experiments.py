@@ -203,3 +203,20 @@ def test_experiment_runs_at_test_scale(name, tmp_path):
     if name == "castin_sqrt_n":
         real = table
         assert (real["bound_castin"] >= real["lipschitz"]).all() and real["converged"].all()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_adversarial_cells_are_sound(masked, tmp_path):
+    """castin_sqrt_n adversarial cells (tiny random BERT): Thm 3.3/4.3 bound >= layer constant, Prop. 3.4's LB <=
+    the head-alone constant unmasked, and NaN (not a number that looks like a bound) under a causal mask."""
+    from harness.registry import Context, get_experiment
+
+    exp = get_experiment("castin_sqrt_n")
+    cell = next(c for c in exp.cells("test") if c["source"] == "adversarial" and c["masked"] == masked)
+    rows = exp.run(cell, Context(scale="test", cache_dir=tmp_path, progress=False))
+    assert rows and all(r["converged"] for r in rows)
+    assert all(r["bound_castin"] >= r["lipschitz"] for r in rows)
+    if masked:
+        assert all(math.isnan(r["lower_bound"]) for r in rows)
+    else:
+        assert all(r["lower_bound"] <= r["lipschitz_head"] * (1 + 1e-6) for r in rows)
