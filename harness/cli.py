@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug (default: slurm if sbatch exists, else local)")
     ap.add_argument("--executor-param", action="append", default=[], metavar="KEY=VALUE",
                     help="extra submitit parameter, e.g. slurm_partition=gpu, gpus_per_node=1 (repeatable)")
+    ap.add_argument("--fresh-workers", action="store_true",
+                    help="process executor: run every cell in a new worker process (memory is returned between "
+                         "cells; costs a process start and imports per cell)")
     ap.add_argument("--timeout-min", type=int, default=60, help="submitit job time limit (minutes)")
     ap.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
     ap.add_argument("--cache-dir", type=Path, default=None, help="default: <results-dir>/cache")
@@ -70,7 +73,8 @@ def _config(args) -> _runner.RunConfig:
         scale=args.scale or "full", seed=args.seed, dtype=args.dtype, device=resolve_device(args.device),
         results_dir=args.results_dir, cache_dir=args.cache_dir, executor=args.executor, jobs=args.jobs,
         force=args.force, overrides=_grid.parse_set(args.sets), progress=not args.no_progress and sys.stderr.isatty(),
-        figures=not args.no_figures, cluster=args.cluster, executor_params=eparams, timeout_min=args.timeout_min)
+        figures=not args.no_figures, cluster=args.cluster, executor_params=eparams, timeout_min=args.timeout_min,
+        fresh_workers=args.fresh_workers)
 
 
 def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:

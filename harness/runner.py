@@ -48,6 +48,7 @@ class RunConfig:
     cluster: Optional[str] = None  # submitit: None -> slurm if sbatch exists else local
     executor_params: Dict[str, Any] = field(default_factory=dict)
     timeout_min: int = 60
+    fresh_workers: bool = False  # process executor: one cell per worker process (memory returned between cells)
 
     def __post_init__(self):
         self.results_dir = Path(self.results_dir)
@@ -318,21 +319,47 @@ def _lost(spec: Dict[str, Any], why: str) -> Dict[str, Any]:
 
 
 def _execute_pool(specs, cfg: RunConfig, desc: str, threads: int):
+    """Process pool with recovery: when a worker dies (the OS killed it, e.g. out of memory), every unfinished
+    cell of that pool is lost with it. Those are retried once in fresh worker processes (one cell per process,
+    so memory is returned between cells), then one at a time, each alone in its pool; a cell that kills its
+    worker even alone is reported failed. Cells already computed are in the cache either way."""
+    out: List[Dict[str, Any]] = []
+    with _pbar(len(specs), desc, cfg.progress) as bar:
+        lost = _pool_round(specs, cfg.jobs, threads, cfg.fresh_workers, out, bar)
+        if lost:
+            print(f"warning: a worker process died (killed by the OS: out of memory?) with {len(lost)} cell(s) "
+                  f"unfinished; retrying them in fresh worker processes", file=sys.stderr)
+            lost = _pool_round(lost, cfg.jobs, threads, True, out, bar)
+        if lost:
+            print(f"warning: a worker died again; running the {len(lost)} remaining cell(s) one at a time",
+                  file=sys.stderr)
+            for s in lost:
+                if _pool_round([s], 1, threads, True, out, bar):
+                    out.append(_lost(s, "worker process died even running this cell alone (killed by the OS: "
+                                        "out of memory? see `dmesg`); lower its size or run with more memory"))
+                    bar.update()
+    return out
+
+
+def _pool_round(specs, jobs: int, threads: int, fresh: bool, out: List[Dict[str, Any]], bar) -> List[Dict[str, Any]]:
+    """Run specs in one spawn pool, appending statuses to out; returns the specs lost with a dead worker.
+
+    fresh: one cell per worker process (max_tasks_per_child=1)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    out = []
-    with ProcessPoolExecutor(max_workers=min(cfg.jobs, len(specs)), mp_context=mp.get_context("spawn"),
-                             initializer=_worker_init, initargs=(threads,)) as pool, \
-            _pbar(len(specs), desc, cfg.progress) as bar:
+    lost = []
+    kw = {"max_tasks_per_child": 1} if fresh else {}
+    with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=mp.get_context("spawn"),
+                             initializer=_worker_init, initargs=(threads,), **kw) as pool:
         futs = {pool.submit(run_one, s): s for s in specs}
         for f in as_completed(futs):
             try:
                 out.append(f.result())
-            except Exception as e:  # worker process died (OOM, signal): BrokenProcessPool
-                out.append(_lost(futs[f], f"worker lost: {e.__class__.__name__}: {e}"))
-            bar.update()
-    return out
+                bar.update()
+            except Exception:  # noqa: BLE001 - BrokenProcessPool: the worker died, not the cell code
+                lost.append(futs[f])
+    return lost
 
 
 def _execute_submitit(specs, cfg: RunConfig, desc: str, threads: int):

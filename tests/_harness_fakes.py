@@ -57,6 +57,26 @@ class FakeSlow(Experiment):
         _count(f"{self.name} i={cell['i']}")
         time.sleep(float(os.environ.get("ATTNLIP_TEST_SLEEP", "0")))
         return [{"i2": cell["i"] * 2}]
+
+
+@experiment
+class FakeKiller(Experiment):
+    """Fake: cells that kill their own worker process (as the OOM killer would)."""
+
+    name = "_fake_killer"
+    grid = {"i": list(range(6))}
+
+    def run(self, cell, ctx):
+        import signal
+
+        _count(f"{self.name} i={cell['i']}")
+        marker = os.path.join(os.environ["ATTNLIP_TEST_KILL_DIR"], f"died_{cell['i']}")
+        once = str(cell["i"]) == os.environ.get("ATTNLIP_TEST_KILL_ONCE")
+        if str(cell["i"]) == os.environ.get("ATTNLIP_TEST_KILL_ALWAYS") or (once and not os.path.exists(marker)):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.2)
+        return [{"i2": cell["i"] * 2}]
 '''
 
 

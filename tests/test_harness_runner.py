@@ -311,3 +311,29 @@ def test_decorator_figures_kwarg_means_paper_refs():
         assert e.figures_ref == ["Paper Fig. 9"] and callable(e.figures)
     finally:
         registry.unregister("_fake_kw")
+
+
+def test_dead_worker_loses_no_other_cell(fake, monkeypatch, tmp_path):
+    """A cell whose worker process is killed (as by the OOM killer) takes the pool down: the runner retries the
+    unfinished cells in fresh processes, so every other cell is computed; a cell that kills its worker even alone
+    is reported failed with a clear reason, never cached."""
+    monkeypatch.setenv("ATTNLIP_TEST_KILL_DIR", str(tmp_path))
+    monkeypatch.setenv("ATTNLIP_TEST_KILL_ONCE", "1")
+    monkeypatch.setenv("ATTNLIP_TEST_KILL_ALWAYS", "4")
+    cfg = fake.cfg(executor="process", jobs=2)
+    r = _run(["_fake_killer"], cfg)["_fake_killer"]
+    assert (r.computed, r.failed) == (5, 1), runner.format_errors([r])
+    assert "even running this cell alone" in runner.format_errors([r])
+    assert sorted(_table(fake.results, "_fake_killer")["i"].unique()) == [0, 1, 2, 3, 5]
+    monkeypatch.delenv("ATTNLIP_TEST_KILL_ALWAYS")  # a rerun computes only the failed cell
+    r = _run(["_fake_killer"], cfg)["_fake_killer"]
+    assert (r.computed, r.cached, r.failed) == (1, 5, 0)
+
+
+def test_fresh_workers_run_each_cell_in_its_own_process(fake):
+    cfg = fake.cfg(executor="process", jobs=2)
+    cfg.fresh_workers = True
+    r = _run(["_fake_squares"], cfg)["_fake_squares"]
+    assert (r.computed, r.failed) == (6, 0)
+    cells = json.loads((fake.results / "_fake_squares" / "manifest.json").read_text())["cells"]
+    assert len({c["pid"] for c in cells}) == 6
