@@ -335,5 +335,8 @@ def sqrt_n_summary(table) -> str:
 - *Mask*: 'causal' panels mask the measured map and run the whole model as a decoder (is_decoder=True) to
   get the inputs; the paper's decoder runs passed no mask to the measured map.
 - *Adversarial R*: factor x the mean token radius of the layer's real inputs, not the paper's 15.5 / 21.5 / 100.
+- *Masked adversarial rows* (ours): Prop. 3.4's input fed to the causally masked map (Thm 4.3 keeps the
+  Thm 3.3 bound). Prop. 3.4's lower bound is proved for the unmasked map, so it is n/a there; the head-alone
+  slope under the mask is the number to hold against sqrt(n).
 """)
     return "\n".join(out)
