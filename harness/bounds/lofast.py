@@ -109,7 +109,7 @@ def naive_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True
     """Eq. 9: Delta_1 <= (||H|| + sum_l ||VO_l|| ||P_l(X)||) eps: (...,)."""
     w = prepare(X, w)
     e = check_eps(eps, X)
-    vo = prod_norm(w.wv, w.wo.transpose(-1, -2))  # (h,) ||VO_l||
+    vo = w.VO_norm()  # (h,) ||VO_l||
     s = (vo * spec(probs(X, w, causal))).sum(-1)  # (...,)
     return ((1.0 if residual else 0.0) + s) * e
 
@@ -134,7 +134,7 @@ def delta21(X: Tensor, w: AttentionWeights, eps: Eps, fine: bool = True, softmax
         m, info = m_norms(X, w, return_info=True, **power)
     else:
         m, info = xi(X, w), LofastInfo(torch.ones(X.shape[:-2], dtype=torch.bool, device=X.device))
-    b = prod_norm(w.wq, w.wk)  # (h,) ||B_l||
+    b = w.B_norm()  # (h,) ||B_l||
     return _out(c * e / math.sqrt(w.dh) * (m + b * e), info, return_info)
 
 
@@ -142,14 +142,14 @@ def delta22(X: Tensor, w: AttentionWeights, eps: Eps) -> Tensor:
     """Eqs. 15/22 delta_22^(1): max ||X' VO_l|| <= ||X VO_l|| + ||VO_l|| eps: (..., h)."""
     w = prepare(X, w)
     e = _head_eps(check_eps(eps, X))
-    return _value_norm(X, w) + prod_norm(w.wv, w.wo.transpose(-1, -2)) * e
+    return _value_norm(X, w) + w.VO_norm() * e
 
 
 def naive_delta22(X: Tensor, w: AttentionWeights, eps: Eps) -> Tensor:
     """Eq. 22 delta_22^(2): ||VO_l|| (||X|| + eps) (+ sqrt(n) ||bv_l wo_l|| with a value bias): (..., h)."""
     w = prepare(X, w)
     e = _head_eps(check_eps(eps, X))
-    out = prod_norm(w.wv, w.wo.transpose(-1, -2)) * (spec(X).unsqueeze(-1) + e)
+    out = w.VO_norm() * (spec(X).unsqueeze(-1) + e)
     if w.bv is not None:
         out = out + math.sqrt(X.shape[-2]) * (w.bv.unsqueeze(-2) @ w.wo).squeeze(-2).norm(dim=-1)
     return out
