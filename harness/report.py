@@ -51,18 +51,7 @@ def experiment_section(expdir: Path) -> str:
     summary = _summary(name, expdir)
     if summary:
         lines += [summary.strip(), ""]
-    lines += _extra_run(name, expdir / "full")
     return "\n".join(lines)
-
-
-def _extra_run(name: str, d: Path) -> List[str]:
-    """A partial full-scale run kept beside the main one (<exp>/full/: table, figures, summary.md)."""
-    if not (d / "summary.md").is_file():
-        return []
-    lines = [f"### `{name}`: full-scale run ([table.csv]({name}/full/table.csv))", ""]
-    for f in sorted((d / "figures").glob("*.png")) if (d / "figures").is_dir() else []:
-        lines += [f"![{f.stem} (full)]({name}/full/figures/{f.name})", ""]
-    return lines + [(d / "summary.md").read_text().strip(), ""]
 
 
 def _summary(name: str, expdir: Path) -> str:
