@@ -347,6 +347,7 @@ def _pool_round(specs, jobs: int, threads: int, fresh: bool, out: List[Dict[str,
     fresh: one cell per worker process (max_tasks_per_child=1)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     lost = []
     kw = {"max_tasks_per_child": 1} if fresh else {}
@@ -356,9 +357,12 @@ def _pool_round(specs, jobs: int, threads: int, fresh: bool, out: List[Dict[str,
         for f in as_completed(futs):
             try:
                 out.append(f.result())
-                bar.update()
-            except Exception:  # noqa: BLE001 - BrokenProcessPool: the worker died, not the cell code
+            except BrokenProcessPool:  # the worker died (killed by the OS), not the cell code: retried by the caller
                 lost.append(futs[f])
+                continue
+            except Exception as e:  # noqa: BLE001 - e.g. a spec that cannot be sent to the worker
+                out.append(_lost(futs[f], f"cell could not run in a worker: {e.__class__.__name__}: {e}"))
+            bar.update()
     return lost
 
 
