@@ -305,20 +305,3 @@ def pretrained_arg(value):
     if isinstance(value, bool):
         return value
     raise ValueError(f"pretrained must be 'auto', true or false, got {value!r}")
-
-
-# ---- Prop. 3.4 inputs and lower bound for one head's choice (harness.bounds.castin.prop34_choice) --------
-
-def prop34_input(choice: dict, n: int, R: float) -> Tensor:
-    """Prop. 3.4's input R(u, u/2, ..., u/2) (case max) or R(-u, u, ..., u) (case min): (n, d)."""
-    u = choice["u"]
-    first = u if choice["case"] == "max" else -u
-    rest = 0.5 * u if choice["case"] == "max" else u
-    return R * torch.cat([first[None], rest[None].expand(n - 1, -1)])
-
-
-def prop34_lower_bound(choice: dict, VO: Tensor, n: int, R: float) -> float:
-    """Prop. 3.4: sqrt(n-1) ||VO^T u|| P_n (1 + gamma R^2 (1 - P_n)), P_n = 1 / (1 + (n-1) e^{-gamma R^2})."""
-    g, u = float(choice["gamma"]), choice["u"]
-    Pn = 1.0 / (1.0 + (n - 1) * math.exp(-g * R * R))
-    return math.sqrt(n - 1) * float((VO.T @ u).norm()) * Pn * (1 + g * R * R * (1 - Pn))

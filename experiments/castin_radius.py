@@ -202,20 +202,18 @@ def large_radius_rows(w, label, n, points, count, seed, settle: float = 40.0):
 
 
 def edge_rows(w, label, points):
-    from harness.bounds.castin import meanfield_bound, weighted_dense_jacobian
+    from harness.bounds.castin import (edge_regime_input, edge_regime_lower_bound, meanfield_bound,
+                                       weighted_dense_jacobian)
 
-    c = prop34_choice(w)[0]
-    gam = float(c["gamma"])
+    gam = float(prop34_choice(w)[0]["gamma"])
     rows = []
     for gr2 in np.linspace(0.5, 40.0, points):
         R = math.sqrt(gr2 / gam)
-        X = C.prop34_input(c, 2, R)  # (2, d): (Ru, Ru/2) or (-Ru, Ru)
-        p = 1.0 / (1.0 + 3.0 * math.exp(gr2))
-        m = torch.tensor([p, 1 - p], dtype=w.dtype)
+        X, m = edge_regime_input(w, 0, R)  # (2, d): (Ru, Ru/2) or (-Ru, Ru); masses (p, 1-p), (1-p)/p = 3e^{gR^2}
+        p = float(m[0])
         J = weighted_dense_jacobian(X, m, w.A()[0], w.VO()[0])  # (2d, 2d): exact, W^{1/2} J W^{-1/2}
         lip = float(torch.linalg.matrix_norm(J, ord=2))
-        vu = float((w.VO()[0].T @ c["u"]).norm())
-        asym = 3 * math.sqrt(3) / 16 * vu * gr2 * math.exp(gr2 / 2)
+        asym = float(edge_regime_lower_bound(w, R)[0])  # Prop. 3.6: (3 sqrt 3 / 16) ||V^T u|| gR^2 e^{gR^2/2}
         rows.append(dict(part="edge", weights_label=label, R=R, gamma=gam, gamma_R2=float(gr2), p=p,
                          lipschitz=lip, asymptotic_lb=asym, meanfield_bound=float(meanfield_bound(w, R)[0])))
     return rows

@@ -18,7 +18,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-from harness.bounds.castin import prop34_choice
+from harness.bounds.castin import adversarial_input, lower_bound, prop34_choice
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -157,7 +157,6 @@ def adversarial_rows(cell, ctx) -> List[Dict[str, Any]]:
     dt = _dtype(cell, ctx)
     w64 = C.weights(name, layer, pre, ctx.seed)
     wnb = C.no_bias(w64)
-    VO = wnb.VO()  # (h, d, d)
     R0 = mean_radius(cell, ctx)
     R = float(cell["radius_factor"]) * R0
     choice = prop34_choice(wnb)  # dh x dh eigenproblems (factored route)
@@ -165,7 +164,7 @@ def adversarial_rows(cell, ctx) -> List[Dict[str, Any]]:
     w, wh = w64.to(dt), C.stack_heads(wnb.to(dt), heads)
     rows, prev = [], None
     for n in C.parse_ns(cell["n"]):
-        X64 = torch.stack([C.prop34_input(choice[l], n, R) for l in heads])  # (H, n, d)
+        X64 = torch.stack([adversarial_input(wnb, l, n, R, choices=choice) for l in heads])  # (H, n, d)
         X = X64.to(dt)
         t0 = time.process_time()
         res = C.lipschitz(X, w, causal, tol=_tol(dt), v0=C.warm_start(prev, X.shape, ctx.seed + n, dt))
@@ -174,7 +173,8 @@ def adversarial_rows(cell, ctx) -> List[Dict[str, Any]]:
         prev = res.vector
         paper = C.paper_value(X64, w64, causal)
         bnd = C.castin_bound_total(X64, w64, causal)
-        lb = {l: (C.prop34_lower_bound(choice[l], VO[l], n, R) if not causal else float("nan")) for l in heads}
+        lbs = lower_bound(wnb, n, R, choices=choice)  # (h,): Prop. 3.4 is for the unmasked map
+        lb = {l: (float(lbs[l]) if not causal else float("nan")) for l in heads}
         g = {l: float(choice[l]["gamma"]) for l in heads}
         for b, l in enumerate(heads):
             rows.append(dict(n=n, head=l, radius=R, radius_real_mean=R0, gamma=g[l],

@@ -96,9 +96,9 @@ def test_prop34_factored_route_matches_dense_eigenproblem(d, h, seed):
         assert float((Ac @ u - ours[l]["lam"] * u).norm()) <= 1e-9 * max(1.0, float(torch.linalg.matrix_norm(Ac, 2)))
         if abs(float(ours[l]["lam"])) < 1e-12:  # eigenvalue 0: a (d - dh)-dim eigenspace, u not unique
             continue
-        X1, X2 = C.prop34_input(ref[l], 5, 2.0), adversarial_input(w, l, 5, 2.0)
+        X1, X2 = adversarial_input(w, l, 5, 2.0, choices=ref), adversarial_input(w, l, 5, 2.0)
         assert min(float((X1 - X2).abs().max()), float((X1 + X2).abs().max())) <= 1e-9  # u up to sign
-        lb = C.prop34_lower_bound(ref[l], w.VO()[l], 5, 2.0)
+        lb = float(lower_bound(w, 5, 2.0, choices=ref)[l])
         assert abs(lb - float(lower_bound(w, 5, 2.0)[l])) <= 1e-9 * lb
 
 
@@ -112,17 +112,18 @@ def test_prop34_choice_rejects_unknown_method():
 def test_prop34_lower_bound_below_true_constant_and_bound_above():
     """Soundness: Prop. 3.4 LB <= ||Df_l(X_adv)|| <= Thm 3.3 bound, per head, several n and R."""
     w = _w(8, 2, seed=12, bias=False)
-    from harness.bounds.castin import prop34_choice
+    from harness.bounds.castin import adversarial_input, lower_bound, prop34_choice
 
     ch = prop34_choice(w)
     for n in (2, 5, 9):
         for R in (0.5, 2.0, 4.0):
+            lbs = lower_bound(w, n, R, choices=ch)  # (h,)
             for l, c in enumerate(ch):
                 if c is None:
                     continue
-                X = C.prop34_input(c, n, R)[None]
+                X = adversarial_input(w, l, n, R, choices=ch)[None]
                 lip = float(C.lipschitz(X, C.stack_heads(w, [l]), tol=1e-12).value[0])
-                lb = C.prop34_lower_bound(c, w.VO()[l], n, R)
+                lb = float(lbs[l])
                 from harness.bounds.castin import bound
 
                 ub = float(bound(X[0], w)[l])

@@ -16,7 +16,7 @@ sqrt(R^2 + 1)), a valid bound for the biased layer; the lower-bound construction
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
@@ -171,17 +171,19 @@ def gamma(w: AttentionWeights) -> Tensor:
     return torch.stack([nan if c is None else c["gamma"] for c in ch])
 
 
-def lower_bound(w: AttentionWeights, n: Union[int, Tensor], R: Union[float, Tensor]) -> Tensor:
+def lower_bound(w: AttentionWeights, n: Union[int, Tensor], R: Union[float, Tensor],
+                choices: Optional[list] = None) -> Tensor:
     """Prop. 3.4: sqrt(n-1) ||VO_l^T u|| P_n (1 + gamma R^2 (1 - P_n)), P_n = 1/(1 + (n-1) e^{-gamma R^2}).
 
     A lower bound on Lip(f_l on B_R^n), attained at `adversarial_input`. n, R broadcast: (...,) -> (..., h).
     NaN for heads whose A_c has no real eigenvalue (the construction needs a real eigenvector).
+    choices: prop34_choice(w) when already computed (it is recomputed otherwise).
     """
     R = _check_radius(R, "R").to(dtype=w.dtype, device=w.device)
     n_t = torch.as_tensor(n, dtype=w.dtype, device=w.device)
     if (n_t < 1).any() or (n_t != n_t.round()).any():
         raise ValueError(f"n must be an integer >= 1, got {n}")
-    ch = prop34_choice(w)
+    ch = prop34_choice(w) if choices is None else choices
     VO = w.VO()
     nan = torch.tensor(float("nan"), dtype=w.dtype, device=w.device)
     g = torch.stack([nan if c is None else c["gamma"] for c in ch])  # (h,)
@@ -192,15 +194,18 @@ def lower_bound(w: AttentionWeights, n: Union[int, Tensor], R: Union[float, Tens
     return (nn - 1).sqrt() * vu * Pn * (1 + g * r2 * (1 - Pn))
 
 
-def adversarial_input(w: AttentionWeights, head: int, n: int, radius: float) -> Tensor:
-    """Prop. 3.4 input for head l: R(u, u/2, ..., u/2) (case max) or R(-u, u, ..., u) (case min): (n, d)."""
+def adversarial_input(w: AttentionWeights, head: int, n: int, radius: float,
+                      choices: Optional[list] = None) -> Tensor:
+    """Prop. 3.4 input for head l: R(u, u/2, ..., u/2) (case max) or R(-u, u, ..., u) (case min): (n, d).
+
+    choices: prop34_choice(w) when already computed (it is recomputed otherwise)."""
     _check_w(w)
     if not 0 <= head < w.h:
         raise ValueError(f"head index {head} out of range for h = {w.h}")
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     R = float(_check_radius(radius))
-    c = prop34_choice(w)[head]
+    c = (prop34_choice(w) if choices is None else choices)[head]
     if c is None:
         raise ValueError(f"A_c of head {head} has no real eigenvalue (all eigenvalues complex, possible for even d): "
                          "Prop. 3.4's construction needs a real eigenvector")
