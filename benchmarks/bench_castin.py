@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from experiments import _castin_common as C
+from harness.kernels import layer as L
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.power import jacobian_norm
 
@@ -29,15 +30,15 @@ def _case(benchmark, dtype=torch.float32, seed=0):
 
 
 def batched(X, w, method="lanczos"):
-    return C.lipschitz(X, w, tol=1e-4, method=method, iters=3000)
+    return L.lipschitz(X, w, tol=1e-4, method=method, iters=3000)
 
 
 def one_by_one(X, w):
-    return torch.stack([C.lipschitz(X[i:i + 1], w, tol=1e-4).value[0] for i in range(X.shape[0])])
+    return torch.stack([L.lipschitz(X[i:i + 1], w, tol=1e-4).value[0] for i in range(X.shape[0])])
 
 
 def torch_func(X, w):
-    return jacobian_norm(C.layer_map(w), X, tol=1e-4, iters=3000, on_nonconvergence="ignore")
+    return jacobian_norm(L.layer_map(w), X, tol=1e-4, iters=3000, on_nonconvergence="ignore")
 
 
 @pytest.mark.parametrize("variant", ["batched", "one_by_one", "torch_func", "batched_power"])
@@ -60,13 +61,13 @@ def iterations_report(ns=range(2, 65, 2), count=10, layer=-1):
     prev = None
     for n in ns:
         X = C.real_inputs("minilm", "alice", [layer], n, count)[layer].to(torch.float32)
-        r_c = C.lipschitz(X, w, tol=1e-4)
-        r_w = C.lipschitz(X, w, tol=1e-4, v0=C.warm_start(prev, X.shape, seed=n, dtype=torch.float32))
-        r_p = C.lipschitz(X, w, tol=1e-4, method="power", iters=3000)
+        r_c = L.lipschitz(X, w, tol=1e-4)
+        r_w = L.lipschitz(X, w, tol=1e-4, v0=L.warm_start(prev, X.shape, seed=n, dtype=torch.float32))
+        r_p = L.lipschitz(X, w, tol=1e-4, method="power", iters=3000)
         prev = r_c.vector
         cold_l, warm_l, cold_p = cold_l + r_c.iters, warm_l + r_w.iters, cold_p + r_p.iters
     t = time.process_time()
-    C.lipschitz(X, w, tol=1e-4)
+    L.lipschitz(X, w, tol=1e-4)
     tb = time.process_time() - t
     t = time.process_time()
     one_by_one(X, w)

@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from harness.kernels import layer as L
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -50,8 +51,8 @@ class CastinMagnitude(Experiment):
             X = Xs[n]
             r = X.norm(dim=-1)  # (count, n)
             Xr = X * (pooled / r.mean(dim=-1))[:, None, None]  # same mean token norm for every sequence
-            lip = C.lipschitz(X.to(dt), w, causal, tol=tol).value
-            lip_r = C.lipschitz(Xr.to(dt), w, causal, tol=tol).value
+            lip = L.lipschitz(X.to(dt), w, causal, tol=tol).value
+            lip_r = L.lipschitz(Xr.to(dt), w, causal, tol=tol).value
             for i in range(count):
                 rows.append(dict(n=n, seq=i, radius_mean=float(r[i].mean()), radius_max=float(r[i].max()),
                                  radius_first=float(r[i, 0]), radius_last=float(r[i, -1]), lipschitz=float(lip[i]),

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from harness.bounds.castin import prop34_choice
+from harness.kernels import layer as L
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -154,7 +155,7 @@ Prop. 3.6 is asymptotic (R -> inf), so the ratio to its asymptote tends to 1 rat
 
 def _single_lip(X, w):
     """||Df_l(X)|| for bias-free single-head w on X (B, n, d), float64 Lanczos."""
-    return C.lipschitz(X, w, tol=1e-8, iters=600).value
+    return L.lipschitz(X, w, tol=1e-8, iters=600).value
 
 
 def quadratic_rows(w, label, n, points):

@@ -18,7 +18,8 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-from harness.bounds.castin import adversarial_input, lower_bound, prop34_choice
+from harness.bounds.castin import adversarial_input, layer_bound, lower_bound, prop34_choice
+from harness.kernels import layer as L
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -122,12 +123,12 @@ def real_rows(cell, ctx) -> List[Dict[str, Any]]:
                             causal_forward=causal)[layer]  # (count, n, d)
         X = X64.to(dt)
         t0 = time.process_time()
-        v0 = C.warm_start(prev, X.shape, seed=ctx.seed + n, dtype=dt)
-        res = C.lipschitz(X, w, causal, tol=_tol(dt), v0=v0)
+        v0 = L.warm_start(prev, X.shape, seed=ctx.seed + n, dtype=dt)
+        res = L.lipschitz(X, w, causal, tol=_tol(dt), v0=v0)
         cpu = time.process_time() - t0
         prev = res.vector
-        paper = C.paper_value(X64, w64, causal)
-        bnd = C.castin_bound_total(X64, w64, causal)
+        paper = L.paper_value(X64, w64, causal)
+        bnd = layer_bound(X64, w64, causal)
         r = X64.norm(dim=-1)  # (count, n)
         for i in range(count):
             rows.append(dict(n=n, seq=i, lipschitz=float(res.value[i]), paper_estimator=float(paper[i]),
@@ -161,18 +162,18 @@ def adversarial_rows(cell, ctx) -> List[Dict[str, Any]]:
     R = float(cell["radius_factor"]) * R0
     choice = prop34_choice(wnb)  # dh x dh eigenproblems (factored route)
     heads = [l for l, c in enumerate(choice) if c is not None]
-    w, wh = w64.to(dt), C.stack_heads(wnb.to(dt), heads)
+    w, wh = w64.to(dt), L.stack_heads(wnb.to(dt), heads)
     rows, prev = [], None
     for n in C.parse_ns(cell["n"]):
         X64 = torch.stack([adversarial_input(wnb, l, n, R, choices=choice) for l in heads])  # (H, n, d)
         X = X64.to(dt)
         t0 = time.process_time()
-        res = C.lipschitz(X, w, causal, tol=_tol(dt), v0=C.warm_start(prev, X.shape, ctx.seed + n, dt))
-        res_h = C.lipschitz(X, wh, causal, tol=_tol(dt))  # batch element b: head heads[b] alone
+        res = L.lipschitz(X, w, causal, tol=_tol(dt), v0=L.warm_start(prev, X.shape, ctx.seed + n, dt))
+        res_h = L.lipschitz(X, wh, causal, tol=_tol(dt))  # batch element b: head heads[b] alone
         cpu = time.process_time() - t0
         prev = res.vector
-        paper = C.paper_value(X64, w64, causal)
-        bnd = C.castin_bound_total(X64, w64, causal)
+        paper = L.paper_value(X64, w64, causal)
+        bnd = layer_bound(X64, w64, causal)
         lbs = lower_bound(wnb, n, R, choices=choice)  # (h,): Prop. 3.4 is for the unmasked map
         lb = {l: (float(lbs[l]) if not causal else float("nan")) for l in heads}
         g = {l: float(choice[l]["gamma"]) for l in heads}

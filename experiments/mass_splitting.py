@@ -18,9 +18,9 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from harness.kernels import layer as L
 from harness.registry import Context, Experiment, experiment
 
-from . import _castin_common as C
 
 A_SCORE, V_VALUE = -2.0, 1.0
 EXAMPLE = {"x1": -3.0, "x2": -0.3, "unsplit": 1.382, "split": 2.011}
@@ -42,7 +42,7 @@ def explicit_duplication(x1: torch.Tensor, x2: torch.Tensor, a: int, b: int, A: 
     a, b = copies * a, copies * b
     X = torch.cat([x1[:, None].expand(-1, a), x2[:, None].expand(-1, b)], dim=1)[..., None]  # (S, n, 1)
     n = a + b
-    matvec, _ = C.layer_operator(X, w)
+    matvec, _ = L.layer_operator(X, w)
     E = torch.eye(n, dtype=X.dtype)
     J = torch.stack([matvec(E[k].expand(X.shape[0], n)[..., None])[..., 0] for k in range(n)], dim=-1)  # (S, n, n)
     Q = torch.zeros(n, 2, dtype=X.dtype)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from experiments import _castin_common as C
+from harness.kernels import layer as L
 from harness.kernels.attention import AttentionWeights
-from harness.kernels.power import dense_jacobian, paper_estimator
 
 DT = torch.float64
 
@@ -22,60 +22,6 @@ def _w(d=8, h=2, seed=0, scale=2.0, bias=True):
 
 def _X(B, n, d, seed=1, scale=1.0):
     return scale * torch.randn(B, n, d, dtype=DT, generator=torch.Generator().manual_seed(seed))
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_layer_operator_matches_dense_jacobian(causal):
-    w, X = _w(), _X(3, 5, 8)
-    mv, rmv = C.layer_operator(X, w, causal)
-    U = _X(3, 5, 8, seed=7)
-    for b in range(3):
-        J = dense_jacobian(C.layer_map(w, causal), X[b])  # (nd, nd)
-        assert torch.allclose(mv(U)[b].flatten(), J @ U[b].flatten(), rtol=1e-10, atol=1e-12)
-        assert torch.allclose(rmv(U)[b].flatten(), J.T @ U[b].flatten(), rtol=1e-10, atol=1e-12)
-        exact = torch.linalg.matrix_norm(J, ord=2)
-        got = C.lipschitz(X, w, causal, tol=1e-12).value[b]
-        assert abs(float(got - exact)) <= 1e-6 * float(exact)
-
-
-def test_batched_matches_one_by_one_and_power():
-    w, X = _w(12, 3, seed=2), _X(4, 6, 12, seed=3)
-    batched = C.lipschitz(X, w, tol=1e-12).value
-    single = torch.stack([C.lipschitz(X[i:i + 1], w, tol=1e-12).value[0] for i in range(4)])
-    power = C.lipschitz(X, w, tol=1e-14, method="power", iters=20000).value
-    assert torch.allclose(batched, single, rtol=1e-6)
-    assert torch.allclose(batched, power, rtol=1e-5)
-
-
-def test_warm_start_gives_same_value():
-    w = _w(8, 2, seed=4)
-    X4, X6 = _X(3, 4, 8, seed=5), _X(3, 6, 8, seed=6)
-    prev = C.lipschitz(X4, w, tol=1e-12).vector
-    cold = C.lipschitz(X6, w, tol=1e-12).value
-    warm = C.lipschitz(X6, w, tol=1e-12, v0=C.warm_start(prev, X6.shape, dtype=DT)).value
-    assert torch.allclose(cold, warm, rtol=1e-6)
-    with pytest.raises(ValueError, match="feature dimension"):
-        C.warm_start(torch.ones(1, 2, 3, dtype=DT), (1, 2, 4))
-
-
-def test_paper_value_equals_paper_estimator_and_is_not_the_norm():
-    w, X = _w(8, 2, seed=8), _X(2, 5, 8, seed=9)
-    for causal in (False, True):
-        ours = C.paper_value(X, w, causal)
-        ref = paper_estimator(C.layer_map(w, causal), X, iters=5)
-        assert torch.allclose(ours, ref, rtol=1e-10)
-    true = C.lipschitz(X, w).value
-    assert not torch.allclose(ours, true, rtol=1e-2)  # the defect changes the number
-
-
-def test_stacked_heads_operator_is_single_head():
-    w = _w(8, 2, seed=10, bias=False)
-    X = _X(2, 4, 8, seed=11)
-    wh = C.stack_heads(w, [1, 0])
-    vals = C.lipschitz(X, wh, tol=1e-12).value
-    for b, l in enumerate([1, 0]):
-        J = dense_jacobian(C.layer_map(w.head(l)), X[b])
-        assert abs(float(vals[b] - torch.linalg.matrix_norm(J, ord=2))) <= 1e-6 * float(vals[b])
 
 
 @pytest.mark.parametrize("d,h,seed", [(8, 2, 0), (12, 3, 1), (6, 1, 2), (16, 4, 3)])
@@ -122,7 +68,7 @@ def test_prop34_lower_bound_below_true_constant_and_bound_above():
                 if c is None:
                     continue
                 X = adversarial_input(w, l, n, R, choices=ch)[None]
-                lip = float(C.lipschitz(X, C.stack_heads(w, [l]), tol=1e-12).value[0])
+                lip = float(L.lipschitz(X, L.stack_heads(w, [l]), tol=1e-12).value[0])
                 lb = float(lbs[l])
                 from harness.bounds.castin import bound
 
@@ -132,10 +78,12 @@ def test_prop34_lower_bound_below_true_constant_and_bound_above():
 
 
 def test_castin_bound_total_above_layer_constant():
+    from harness.bounds.castin import layer_bound
+
     w = _w(8, 2, seed=13)
     for causal in (False, True):
         X = _X(3, 6, 8, seed=14, scale=2.0)
-        assert (C.castin_bound_total(X, w, causal) >= C.lipschitz(X, w, causal).value).all()
+        assert (layer_bound(X, w, causal) >= L.lipschitz(X, w, causal).value).all()
 
 
 def test_loglog_fit_recovers_power_law_and_ci():

@@ -76,6 +76,11 @@ def bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
     return math.sqrt(3) * v * (a.square() * R ** 4 * (4 * n + 1) + n).sqrt()
 
 
+def layer_bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
+    """Thm 3.3 / 4.3 for the whole multi-head layer: the sum of bound() over heads (MATH.md §0): (...,)."""
+    return bound(X, w, causal=causal).sum(-1)
+
+
 def meanfield_bound(w: AttentionWeights, R: Union[float, Tensor]) -> Tensor:
     """Thm 3.5 (mean field, derived): ||VO_l|| (1 + 3||A_l|| R^2) exp(2||A_l|| R^2): R (...,) -> (..., h)."""
     _check_w(w)

@@ -1,0 +1,162 @@
+"""The Jacobian of one multi-head attention layer as a batched matrix-free operator, and its norm (MATH.md §3).
+
+The measured map is the self-attention layer itself, F(X) = sum_l P_l(X) (X wv_l + bv_l) wo_l + bo (biases as
+the weights have them, no residual, no LayerNorm), causally masked when `causal`. Its differential (Lemma C.2
+with biases, Castin App. E.3) at X (..., n, d), with q = X wq + bq, k = X wk + bk, v = X wv + bv per head:
+    dS = (dX wq k^T + q (dX wk)^T) / sqrt(dh),   dP = P * (dS - rowsum(P * dS)),
+    dF = sum_l (dP_l v_l + P_l dX wv_l) wo_l.
+`layer_operator` applies it and its adjoint with the forward quantities computed once, about half the cost of
+torch.func.jvp/vjp (which recompute the forward pass); tests check it against kernels.power.dense_jacobian.
+Pure torch: device and dtype follow the inputs.
+
+Public: layer_operator, layer_map, lipschitz (||J_F(X)|| per sequence, Lanczos), paper_value (the paper code's
+estimator), warm_start (start vectors across sequence lengths), stack_heads (one head per batch element), TOL.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
+from .power import PowerResult, default_tol, top_singular_value
+
+Tensor = torch.Tensor
+
+TOL = 1e-6  # float64: relative Ritz residual on sigma^2, sigma to ~5e-7 relative; lower dtypes use default_tol
+
+
+def _heads(t: Tensor, h: int) -> Tensor:
+    """(..., n, h*dh) -> (..., h, n, dh)."""
+    return t.unflatten(-1, (h, -1)).transpose(-2, -3)
+
+
+def _merge(t: Tensor) -> Tensor:
+    """(..., h, n, dh) -> (..., n, h*dh)."""
+    return t.transpose(-2, -3).flatten(-2)
+
+
+def layer_operator(X: Tensor, w: AttentionWeights, causal: bool = False):
+    """(matvec, rmatvec) of the Jacobian J_F(X) of F(X) = sum_l P_l (X wv_l + bv_l) wo_l + bo: (..., n, d) both ways.
+
+    Weights may carry leading batch dims broadcasting against X's (e.g. one head per batch element, see
+    stack_heads). The three input projections are one (d, 3 h dh) GEMM and the output projection one (h dh, d).
+    """
+    check_input(X, w.d)
+    X = X.detach()
+    h, dh = w.wq.shape[-3], w.dh
+    sc = 1.0 / math.sqrt(dh)
+    # (..., d, 3*h*dh): [wq | wk | wv], heads contiguous inside each block
+    Wqkv = torch.cat([t.transpose(-2, -3).flatten(-2) for t in (w.wq, w.wk, w.wv)], dim=-1)
+    Wo = w.wo.flatten(-3, -2)  # (..., h*dh, d)
+    WqkvT, WoT = Wqkv.transpose(-1, -2), Wo.transpose(-1, -2)
+    qkv = X @ Wqkv  # (..., n, 3*h*dh)
+    q, k, v = (_heads(t, h) for t in qkv.chunk(3, dim=-1))  # (..., h, n, dh)
+    if w.bq is not None:
+        q = q + w.bq.unsqueeze(-2)
+    if w.bk is not None:
+        k = k + w.bk.unsqueeze(-2)
+    if w.bv is not None:
+        v = v + w.bv.unsqueeze(-2)
+    S = q @ k.transpose(-1, -2) * sc  # (..., h, n, n)
+    if causal:
+        S = S.masked_fill(causal_mask(X.shape[-2], X.device), float("-inf"))
+    P = torch.softmax(S, dim=-1)  # (..., h, n, n)
+    PT, kT, vT = P.transpose(-1, -2), k.transpose(-1, -2), v.transpose(-1, -2)
+
+    def softmax_diff(dS):  # dP = P * (dS - rowsum(P * dS)); self-adjoint in dS
+        return P * (dS - (P * dS).sum(-1, keepdim=True))
+
+    def matvec(U: Tensor) -> Tensor:
+        dq, dk, dv = (_heads(t, h) for t in (U @ Wqkv).chunk(3, dim=-1))  # (..., h, n, dh)
+        dS = (dq @ kT + q @ dk.transpose(-1, -2)) * sc  # (..., h, n, n)
+        dP = softmax_diff(dS)  # masked entries have P = 0, so dP = 0 there
+        return _merge(dP @ v + P @ dv) @ Wo  # (..., n, d)
+
+    def rmatvec(G: Tensor) -> Tensor:
+        Gh = _heads(G @ WoT, h)  # (..., h, n, dh)
+        dS = softmax_diff(Gh @ vT) * sc  # (..., h, n, n)
+        dq, dk, dv = dS @ k, dS.transpose(-1, -2) @ q, PT @ Gh  # (..., h, n, dh)
+        return torch.cat([_merge(dq), _merge(dk), _merge(dv)], dim=-1) @ WqkvT  # (..., n, d)
+
+    return matvec, rmatvec
+
+
+def layer_map(w: AttentionWeights, causal: bool = False):
+    """F as a function of X only (for torch.func-based estimators)."""
+    return lambda Z: attention_unchecked(Z, w, residual=False, causal=causal)
+
+
+def lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
+              iters: int = 2000, v0: Optional[Tensor] = None, seed: int = 0, method: str = "lanczos",
+              krylov: int = 30) -> PowerResult:
+    """||J_F(X)|| per sequence (correct estimator, MATH.md §3) for X (..., n, d): PowerResult with (...,) values.
+
+    Batched: one operator per leading index, all iterated together. v0: warm start (..., n, d).
+    tol=None: TOL in float64, kernels.power.default_tol in lower precision (what the dtype can reach).
+    Non-convergence is not raised: read `.converged`.
+    """
+    if tol is None:
+        tol = TOL if X.dtype == torch.float64 else default_tol(X.dtype)
+    matvec, rmatvec = layer_operator(X, w, causal)
+    if v0 is None:
+        g = torch.Generator(device=X.device).manual_seed(seed)
+        v0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g)
+    return top_singular_value(matvec, rmatvec, v0, event_dims=2, iters=iters, tol=tol,
+                              on_nonconvergence="ignore", method=method, krylov=krylov)
+
+
+def paper_value(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
+    """The paper code's estimator, sqrt(||J_F(X)^T F(X)||_F) (jvp[0] = F(X) defect), in closed form: (...,).
+
+    Equal to kernels.power.paper_estimator(F, X) after its first step (every step computes J^T F(X)); tested.
+    """
+    _, rmatvec = layer_operator(X, w, causal)
+    FX = attention_unchecked(X, w, residual=False, causal=causal)  # (..., n, d)
+    return rmatvec(FX).flatten(-2).norm(dim=-1).sqrt()
+
+
+def warm_start(prev: Optional[Tensor], shape: Sequence[int], seed: int = 0, dtype=None, device=None) -> Tensor:
+    """Start vector for length-n sequences from the top vectors of shorter ones: prev (B', m, d) -> (*shape).
+
+    Rows beyond m are filled with a fresh Gaussian at the rms row scale of prev; a 10 % Gaussian is mixed
+    in everywhere so no component of the new top vector is exactly missing. None -> plain Gaussian.
+    dtype/device default to prev's (float64 on the CPU when prev is None and none is given).
+    """
+    if dtype is None:
+        dtype = prev.dtype if prev is not None else torch.float64
+    if device is None and prev is not None:
+        device = prev.device
+    g = torch.Generator(device=device).manual_seed(seed)
+    noise = torch.randn(tuple(shape), dtype=dtype, device=device, generator=g)
+    if prev is None:
+        return noise
+    B, n, d = shape[-3], shape[-2], shape[-1]
+    if prev.shape[-1] != d:
+        raise ValueError(f"warm start has feature dimension {prev.shape[-1]}, expected {d}")
+    p = prev.reshape(-1, prev.shape[-2], d).to(dtype=dtype, device=noise.device)
+    p = p[torch.arange(B, device=p.device) % p.shape[0]]  # (B, m, d)
+    p = p / p.flatten(1).norm(dim=-1).clamp_min(torch.finfo(dtype).tiny)[:, None, None]
+    m = min(n, p.shape[1])
+    rms = 1.0 / math.sqrt(p.shape[1])
+    v = noise * rms / math.sqrt(d)
+    v[:, :m] = p[:, :m]
+    return v + 0.1 * noise * rms / math.sqrt(d)
+
+
+def stack_heads(w: AttentionWeights, heads: Sequence[int], bias: bool = False) -> "BatchedWeights":
+    """Single-head weights of several heads stacked on a leading batch axis: wq (H, 1, d, dh), ..., for
+    layer_operator on X (H, n, d) whose element b is measured under head heads[b] alone."""
+    idx = torch.as_tensor(list(heads), dtype=torch.long, device=w.wq.device)
+    pick = lambda t: t[idx].unsqueeze(1)  # (H, 1, ., .)
+    pb = (lambda t: None if (t is None or not bias) else t[idx].unsqueeze(1))  # (H, 1, dh)
+    return BatchedWeights(pick(w.wq), pick(w.wk), pick(w.wv), pick(w.wo), pb(w.bq), pb(w.bk), pb(w.bv))
+
+
+class BatchedWeights:
+    """Duck-typed AttentionWeights with leading batch dims (layer_operator only reads wq..bv, d, dh)."""
+
+    def __init__(self, wq, wk, wv, wo, bq=None, bk=None, bv=None, bo=None):
+        self.wq, self.wk, self.wv, self.wo, self.bq, self.bk, self.bv, self.bo = wq, wk, wv, wo, bq, bk, bv, bo
+        self.d, self.dh = wq.shape[-2], wq.shape[-1]
