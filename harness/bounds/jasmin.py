@@ -11,7 +11,7 @@ Jacobian in [X, 1], so this bounds the biased layer too.
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
@@ -20,7 +20,8 @@ from harness.kernels.softmax import g_k, jsm_norm, jsm_singular_values, sorted_d
 
 Tensor = torch.Tensor
 
-__all__ = ["g_k", "bound", "bound_terms", "multihead", "jasmin_penalty", "row_penalty", "interlacing_chain",
+__all__ = ["g_k", "bound", "bound_terms", "from_terms", "multihead", "jasmin_penalty", "row_penalty",
+           "interlacing_chain",
            "interlacing_holds"]
 
 
@@ -36,14 +37,16 @@ def _prepare(X: Tensor, w: AttentionWeights):
     return X, w
 
 
-def bound_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> dict:
+def bound_terms(X: Tensor, w: AttentionWeights, causal: bool = False, P: Optional[Tensor] = None) -> dict:
     """The factors of Theorem 3 per head: dict of (..., h) tensors.
 
     keys: vo (||VO_l||), p (||P_l||), x2 (||X||^2, broadcast), a (||A_l||), jsm (max_i ||J_sm(P_l,i)||, exact),
-    g1 (max_i g_1(P_l,i)).
+    g1 (max_i g_1(P_l,i)). P: the attention maps probs(X, w, causal) when already computed (the augmented
+    layer of Remark 2 has the same P, so the biased layer's maps are the right ones).
     """
     X, w = _prepare(X, w)
-    P = probs(X, w, causal)  # (..., h, n, n)
+    if P is None:
+        P = probs(X, w, causal)  # (..., h, n, n)
     vo, a = w.VO_norm(), w.A_norm()  # (h,), from the rank-dh factors
     p = torch.linalg.matrix_norm(P, ord=2)  # (..., h)
     x2 = torch.linalg.matrix_norm(X, ord=2).square().unsqueeze(-1).expand_as(p)  # (..., h)
@@ -52,12 +55,17 @@ def bound_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> dict:
     return dict(vo=vo.expand_as(p), p=p, x2=x2, a=a.expand_as(p), jsm=jsm, g1=g1)
 
 
-def bound(X: Tensor, w: AttentionWeights, use_g1: bool = False, causal: bool = False) -> Tensor:
+def bound(X: Tensor, w: AttentionWeights, use_g1: bool = False, causal: bool = False,
+          P: Optional[Tensor] = None) -> Tensor:
     """JaSMin Theorem 3 (eq. 3) per head: ||VO_l|| (||P_l|| + 2||X||^2 ||A_l|| max_i ||J_sm(P_i)||) -> (..., h).
 
-    use_g1=True replaces ||J_sm(P_i)|| by its upper bound g_1(P_i) (eq. 7).
+    use_g1=True replaces ||J_sm(P_i)|| by its upper bound g_1(P_i) (eq. 7). P: precomputed attention maps.
     """
-    t = bound_terms(X, w, causal)
+    return from_terms(bound_terms(X, w, causal, P), use_g1)
+
+
+def from_terms(t: dict, use_g1: bool = False) -> Tensor:
+    """Theorem 3 from its factors (bound_terms), so both variants share one computation: (..., h)."""
     s = t["g1"] if use_g1 else t["jsm"]
     return t["vo"] * (t["p"] + 2 * t["x2"] * t["a"] * s)
 

@@ -1,0 +1,399 @@
+"""THE list of local Lipschitz bounds of self-attention: every bound is declared once, here.
+
+A `Bound` says what it is (name, paper, kind: upper / lower / exact), at which scope it gives values (`head`:
+one value per head, (..., h); `layer`: one per multi-head layer, (...,)), which map it bounds (`map`, `residual`),
+whether it supports a causal mask, and, where it only holds in some regime, a `guaranteed(state)` predicate
+(...,) bool. Consumers (bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over
+`bounds()` instead of keeping their own lists; `register_bound` adds a user's bound the same way.
+
+The maps (MATH.md §0), at an input X (..., n, d) with AttentionWeights w (biases as w has them):
+    head map   f_l(X) = P_l(X) (X wv_l + bv_l) wo_l                    (scope "head")
+    layer map  F(X)   = sum_l f_l(X) + bo   (+ X when residual)       (scope "layer")
+A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer
+entries are registered with `from_heads=True`.
+
+`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing the
+validated and cast inputs, the attention maps P, the weight norms and the power iterations (`InputState`), and
+returns an `Evaluation` (values, truth, converged and guaranteed flags; `.rows()` gives a tidy table).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from harness.bounds import castin, jasmin, kim, lofast
+from harness.kernels.attention import AttentionWeights, augment_input, check_input, probs
+from harness.kernels.layer import lipschitz as layer_lipschitz
+from harness.kernels.layer import stack_heads
+from harness.kernels.linalg import spec
+
+Tensor = torch.Tensor
+
+SCOPES = ("head", "layer")
+KINDS = ("upper", "lower", "exact")
+HEAD_MAP = "f_l(X) = P_l(X) (X wv_l + bv_l) wo_l"
+LAYER_MAP = "F(X) = sum_l f_l(X) + bo"
+
+
+# ---- one input state: everything computed once ---------------------------------------------------------------
+class InputState:
+    """(X, w, causal) validated and cast once, with the quantities several bounds share computed lazily once.
+
+    X: (..., n, d); w is moved to X's dtype and device. Power iterations use `tol` (None: the dtype's default)
+    and at most `iters` operator applications; their convergence flags are kept (`converged`).
+    """
+
+    def __init__(self, X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
+                 iters: int = 2000):
+        if not isinstance(w, AttentionWeights):
+            raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
+        check_input(X, w.d)
+        if w.dtype != X.dtype or w.device != X.device:
+            w = w.to(dtype=X.dtype, device=X.device)
+        self.X, self.w, self.causal = X.detach(), w, bool(causal)
+        self.tol, self.iters = tol, int(iters)
+        self.converged: Dict[str, Tensor] = {}  # quantity -> (...,) bool of its power iterations
+
+    @property
+    def power(self) -> dict:
+        return dict(tol=self.tol, iters=self.iters, on_nonconvergence="ignore")
+
+    @functools.cached_property
+    def P(self) -> Tensor:
+        """Attention maps (..., h, n, n) (biases and mask included; the Remark 2 layer has the same maps)."""
+        return probs(self.X, self.w, self.causal)
+
+    @functools.cached_property
+    def P_norm(self) -> Tensor:
+        """||P_l|| (..., h)."""
+        return spec(self.P)
+
+    @functools.cached_property
+    def VO_norm(self) -> Tensor:
+        """||VO_l|| (h,) of the unaugmented weights (bv cancels in every Delta_1-type term)."""
+        return self.w.VO_norm()
+
+    @functools.cached_property
+    def jasmin_terms(self) -> dict:
+        """JaSMin Theorem 3's factors (harness.bounds.jasmin.bound_terms) with the shared P."""
+        return jasmin.bound_terms(self.X, self.w, self.causal, P=self.P)
+
+    @functools.cached_property
+    def value_norm(self) -> Tensor:
+        """||(X wv_l + bv_l) wo_l|| (..., h) (LoFAST's ||X VO_l||)."""
+        return lofast.delta22(self.X, self.w, 0.0)
+
+    @functools.cached_property
+    def zeta(self) -> Tensor:
+        """LoFAST Lemma 1 (no residual, masked P when causal): (...,)."""
+        z, info = lofast.zeta(self.X, self.w, residual=False, causal=self.causal, return_info=True, **self.power)
+        self.converged["zeta"] = info.converged
+        return z
+
+    @functools.cached_property
+    def m_fine(self) -> Tensor:
+        """LoFAST Lemma 2, exact ||M_l(X)||: (..., h)."""
+        m, info = lofast.m_norms(self.X, self.w, return_info=True, **self.power)
+        self.converged["m"] = info.converged
+        return m
+
+    @functools.cached_property
+    def m_coarse(self) -> Tensor:
+        """LoFAST eq. 21, xi_l: (..., h)."""
+        return lofast.xi(self.X, self.w)
+
+    @functools.cached_property
+    def truth_head(self) -> Tensor:
+        """||J_{f_l}(X)|| per head (Lanczos on every head at once, kernels.layer): (..., h)."""
+        X, w = self.X, self.w
+        Xh = X.unsqueeze(-3).expand(*X.shape[:-2], w.h, *X.shape[-2:])  # (..., h, n, d)
+        res = layer_lipschitz(Xh, stack_heads(w, range(w.h), bias=True), self.causal, tol=self.tol, iters=self.iters)
+        self.converged["truth_head"] = res.converged.all(-1)
+        return res.value
+
+    @functools.cached_property
+    def truth_layer(self) -> Tensor:
+        """||J_F(X)|| of the whole layer (no residual): (...,)."""
+        res = layer_lipschitz(self.X, self.w, self.causal, tol=self.tol, iters=self.iters)
+        self.converged["truth_layer"] = res.converged
+        return res.value
+
+    def all_converged(self, keys: Iterable[str]) -> Tensor:
+        out = torch.ones(self.X.shape[:-2], dtype=torch.bool, device=self.X.device)
+        for k in keys:
+            if k in self.converged:
+                out = out & self.converged[k]
+        return out
+
+
+# ---- the declaration ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Bound:
+    """One registered bound. `fn(state)` returns (..., h) for scope "head", (...,) for scope "layer"."""
+
+    name: str
+    scope: str
+    fn: Callable[[InputState], Tensor]
+    paper: str
+    label: str
+    kind: str = "upper"
+    map: str = ""  # the map bounded (HEAD_MAP / LAYER_MAP by default)
+    residual: bool = False  # True if the map includes the identity (F(X) + X)
+    causal: bool = True  # valid under a causal mask
+    guaranteed: Optional[Callable[[InputState], Tensor]] = None  # (...,) bool; None: always valid
+    uses: Tuple[str, ...] = ()  # InputState power iterations it reads (for its convergence flag)
+    from_heads: bool = False  # layer value = sum over heads of the head entry of the same name
+    note: str = ""
+    user: bool = False  # registered through register_bound by a user (a plug-in)
+
+    @property
+    def key(self) -> Tuple[str, str]:
+        return (self.name, self.scope)
+
+
+_BOUNDS: Dict[Tuple[str, str], Bound] = {}
+
+
+def _add(b: Bound, replace: bool = False) -> Bound:
+    if b.scope not in SCOPES:
+        raise ValueError(f"bound {b.name!r}: scope must be one of {SCOPES}, got {b.scope!r}")
+    if b.kind not in KINDS:
+        raise ValueError(f"bound {b.name!r}: kind must be one of {KINDS}, got {b.kind!r}")
+    if not b.name or not b.name.replace("_", "").isalnum():
+        raise ValueError(f"bound name must be a non-empty identifier, got {b.name!r}")
+    if b.key in _BOUNDS and not replace:
+        raise ValueError(f"bound {b.name!r} (scope {b.scope}) is already registered")
+    if not b.map:
+        b = Bound(**{**b.__dict__, "map": HEAD_MAP if b.scope == "head" else LAYER_MAP})
+    _BOUNDS[b.key] = b
+    return b
+
+
+def _sum_heads(name: str) -> Callable[[InputState], Tensor]:
+    def fn(s: InputState) -> Tensor:
+        return get(name, "head").fn(s).sum(-1)
+
+    return fn
+
+
+def declare(name: str, paper: str, label: str, head=None, layer=None, replace: bool = False, **meta) -> List[Bound]:
+    """Register `name` at scope head (fn `head`) and layer (fn `layer`, or the sum over heads if layer is None
+    and head is given, for upper bounds)."""
+    out = []
+    if head is not None:
+        out.append(_add(Bound(name, "head", head, paper, label, **meta), replace))
+    if layer is not None:
+        out.append(_add(Bound(name, "layer", layer, paper, label, **meta), replace))
+    elif head is not None and meta.get("kind", "upper") == "upper":
+        out.append(_add(Bound(name, "layer", _sum_heads(name), paper, label, from_heads=True, **meta), replace))
+    if not out:
+        raise ValueError(f"bound {name!r}: give a head and/or a layer function")
+    return out
+
+
+def _kim_ok(s: InputState) -> Tensor:
+    return kim.guaranteed(s.X, 0.0, augmented=s.w.has_bias)
+
+
+def _lofast_head(m_attr: str, c: float):
+    def fn(s: InputState) -> Tensor:  # single-head LoFAST: zeta_l = ||P_l|| ||VO_l|| (Kronecker norm)
+        return s.P_norm * s.VO_norm + c / math.sqrt(s.w.dh) * getattr(s, m_attr) * s.value_norm
+
+    return fn
+
+
+def _lofast_layer(m_attr: str, c: float):
+    def fn(s: InputState) -> Tensor:  # = lofast.lipschitz_upper(residual=False)
+        return s.zeta + c / math.sqrt(s.w.dh) * (getattr(s, m_attr) * s.value_norm).sum(-1)
+
+    return fn
+
+
+def _lofast_naive_layer(s: InputState) -> Tensor:  # eq. 9 for Delta_1 + the coarse Delta_2 (certify "naive")
+    return (s.VO_norm * s.P_norm).sum(-1) + 1 / math.sqrt(s.w.dh) * (s.m_coarse * s.value_norm).sum(-1)
+
+
+def _builtins() -> None:
+    truth = dict(paper="true local Lipschitz constant", label="true ||J(X)|| (Lanczos)", kind="exact",
+                 note="kernels.layer operator, restarted Lanczos; within the Lanczos tolerance of the truth")
+    _add(Bound("truth", "head", lambda s: s.truth_head, uses=("truth_head",), **truth))
+    _add(Bound("truth", "layer", lambda s: s.truth_layer, uses=("truth_layer",), **truth))
+    declare("kim", "JaSMin (Yudin et al.) Thm 1, after Kim et al. / Specformer", "Kim/Specformer (Thm 1)",
+            head=lambda s: kim.bound(s.X, s.w, 0.0), guaranteed=_kim_ok,
+            note="valid where (||X||_F)^2 sqrt(n)(n+1) >= 1 (harness.bounds.kim.guaranteed); norms only")
+    declare("castin", "Castin et al. Thm 3.3 / Thm 4.3 (masked)", "Castin Thm 3.3",
+            head=lambda s: castin.bound(s.X, s.w, s.causal),
+            note="bound on the ball of radius R = max token norm, hence on the local constant")
+    declare("jasmin", "JaSMin (Yudin et al.) Thm 3, exact ||J_sm||", "JaSMin Thm 3 (exact)",
+            head=lambda s: jasmin.from_terms(s.jasmin_terms, use_g1=False))
+    declare("jasmin_g1", "JaSMin (Yudin et al.) Thm 3 with g_1 (Cor. 1)", "JaSMin Thm 3 (g_1)",
+            head=lambda s: jasmin.from_terms(s.jasmin_terms, use_g1=True))
+    for name, m, c, label in (("lofast_fine", "m_fine", 1.0, "LoFAST eps->0 (fine)"),
+                              ("lofast_coarse", "m_coarse", 1.0, "LoFAST eps->0 (coarse)"),
+                              ("lofast_sharp", "m_fine", 0.5, "LoFAST eps->0 (sharpened, c=1/2)")):
+        declare(name, "LoFAST (Havens et al.) Thm 1, eps -> 0" + (" with JaSMin Cor. 1's c = 1/2" if c < 1 else ""),
+                label, head=_lofast_head(m, c), layer=_lofast_layer(m, c),
+                uses=("zeta", "m") if m == "m_fine" else ("zeta",),
+                note="causal: masked P in zeta (ours); the Delta_2 terms stay valid under a mask")
+    declare("lofast_naive", "LoFAST (Havens et al.) eq. 9 + coarse Delta_2, eps -> 0", "LoFAST eps->0 (naive)",
+            layer=_lofast_naive_layer)
+
+
+_builtins()
+
+
+# ---- user bounds --------------------------------------------------------------------------------------------
+def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head", paper: str = "user",
+                   label: Optional[str] = None, kind: str = "upper", causal: bool = True,
+                   guaranteed: Optional[Callable] = None, replace: bool = False) -> List[Bound]:
+    """Add a user's bound: `fn(X, w, causal=False)` returning (..., h) per-head (scope "head") or (...,) per-layer
+    (scope "layer") values at X (..., n, d), AttentionWeights w. A per-head upper bound also joins the layer
+    scope as the sum over heads. `guaranteed(X, w, causal)` -> (...,) bool, optional. Returns the new entries.
+    `fn` may also be "module:function" (the `--bound` syntax)."""
+    if isinstance(fn, str):
+        fn = load_function(fn)
+    if not callable(fn):
+        raise ValueError(f"register_bound needs a callable, got {type(fn).__name__}")
+    name = name or getattr(fn, "__name__", "")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    takes_causal = "causal" in inspect.signature(fn).parameters
+
+    def call(s: InputState) -> Tensor:
+        out = fn(s.X, s.w, causal=s.causal) if takes_causal else fn(s.X, s.w)
+        out = torch.as_tensor(out, dtype=s.X.dtype, device=s.X.device)
+        want = (*s.X.shape[:-2], s.w.h) if scope == "head" else tuple(s.X.shape[:-2])
+        if tuple(out.shape) != want:
+            raise ValueError(f"user bound {name!r} returned shape {tuple(out.shape)}, expected {want} (scope {scope})")
+        return out
+
+    if not takes_causal and causal:
+        causal = False  # a function that cannot see the mask is only declared for unmasked layers
+    g = None if guaranteed is None else (lambda s: torch.as_tensor(guaranteed(s.X, s.w, s.causal), device=s.X.device))
+    meta = dict(kind=kind, causal=causal, guaranteed=g, user=True, note=getattr(fn, "__doc__", "") or "")
+    return declare(name, paper, label or name, replace=replace,
+                   **({"head": call} if scope == "head" else {"layer": call}), **meta)
+
+
+def load_function(spec_: str) -> Callable:
+    """'package.module:function' -> the function (the `--bound` option's syntax)."""
+    import importlib
+
+    mod, sep, attr = spec_.partition(":")
+    if not sep or not mod or not attr:
+        raise ValueError(f"expected 'module:function', got {spec_!r}")
+    obj = importlib.import_module(mod)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def unregister_bound(name: str) -> None:
+    """Remove a user bound (both scopes); built-in bounds cannot be removed."""
+    for key in [k for k in _BOUNDS if k[0] == name]:
+        if not _BOUNDS[key].user:
+            raise ValueError(f"bound {name!r} is built in and cannot be unregistered")
+        del _BOUNDS[key]
+
+
+# ---- queries -------------------------------------------------------------------------------------------------
+def bounds(scope: Optional[str] = None, kind: Optional[str] = None, names: Optional[Iterable[str]] = None,
+           causal: Optional[bool] = None) -> List[Bound]:
+    """Registered bounds in declaration order, filtered by scope, kind, names, causal support."""
+    names = None if names is None else list(names)
+    if names is not None:
+        unknown = sorted(set(names) - {k[0] for k in _BOUNDS})
+        if unknown:
+            raise ValueError(f"unknown bound(s) {unknown}; registered: {bound_names()}")
+    return [b for b in _BOUNDS.values() if (scope is None or b.scope == scope) and (kind is None or b.kind == kind)
+            and (names is None or b.name in names) and (causal is None or not causal or b.causal)]
+
+
+def bound_names(kind: Optional[str] = None) -> List[str]:
+    """Distinct registered names in declaration order."""
+    return list(dict.fromkeys(b.name for b in _BOUNDS.values() if kind is None or b.kind == kind))
+
+
+def get(name: str, scope: str) -> Bound:
+    try:
+        return _BOUNDS[(name, scope)]
+    except KeyError:
+        raise ValueError(f"no bound {name!r} at scope {scope!r}; registered: {bound_names()}") from None
+
+
+def labels() -> Dict[str, str]:
+    """name -> human label (for legends)."""
+    return {b.name: b.label for b in _BOUNDS.values()}
+
+
+# ---- evaluation ---------------------------------------------------------------------------------------------
+@dataclass
+class Evaluation:
+    """Values of the evaluated bounds at one input state: values[(name, scope)] (..., h) or (...,)."""
+
+    state: InputState
+    values: Dict[Tuple[str, str], Tensor] = field(default_factory=dict)
+    converged: Dict[Tuple[str, str], Tensor] = field(default_factory=dict)  # (...,) bool
+    guaranteed: Dict[Tuple[str, str], Tensor] = field(default_factory=dict)  # (...,) bool
+
+    def truth(self, scope: str) -> Tensor:
+        return self.state.truth_head if scope == "head" else self.state.truth_layer
+
+    def rows(self, **meta) -> List[dict]:
+        """Tidy rows, one per (sample, scope, head, method): sample, scope, head (-1 for the layer), method, paper,
+        kind, value, truth, ratio, converged, guaranteed, sound (False only for a guaranteed upper bound below
+        the truth by more than `tol_sound`), plus `meta`."""
+        X = self.state.X
+        B = int(math.prod(X.shape[:-2]))
+        out = []
+        cache = {}
+        for (name, scope), v in self.values.items():
+            b = get(name, scope)
+            if scope not in cache:
+                t = self.truth(scope).detach().reshape(B, -1).cpu().tolist()
+                tc = self.state.all_converged(["truth_" + scope]).reshape(B).cpu().tolist()
+                cache[scope] = (t, tc)
+            truth, tconv = cache[scope]
+            vals = v.detach().reshape(B, -1).cpu().tolist()
+            conv = self.converged[(name, scope)].reshape(B).cpu().tolist()
+            ok = self.guaranteed[(name, scope)].reshape(B).cpu().tolist()
+            for s in range(B):
+                for j, val in enumerate(vals[s]):
+                    tr = truth[s][j]
+                    ratio = val / tr if tr > 0 else float("nan")
+                    sound = not (b.kind == "upper" and ok[s] and val < tr * (1 - SOUND_RTOL))
+                    if b.kind == "lower":
+                        sound = not (ok[s] and val > tr * (1 + SOUND_RTOL))
+                    out.append(dict(meta, sample=s, scope=scope, head=j if scope == "head" else -1, method=name,
+                                    kind=b.kind, value=val, truth=tr, ratio=ratio,
+                                    converged=bool(conv[s] and tconv[s]), guaranteed=bool(ok[s]), sound=bool(sound)))
+        return out
+
+
+SOUND_RTOL = 1e-5  # a bound counts as below the truth only beyond the Lanczos truth's relative accuracy
+
+
+def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Optional[Iterable[str]] = None,
+             scopes: Iterable[str] = SCOPES, tol: Optional[float] = None, iters: int = 2000,
+             state: Optional[InputState] = None) -> Evaluation:
+    """Every registered bound (or those in `names`; the truth always included) at (X, w), sharing one
+    InputState. Bounds that do not support a causal mask are skipped when causal=True."""
+    s = state or InputState(X, w, causal, tol, iters)
+    names = None if names is None else list(dict.fromkeys(["truth", *names]))
+    ev = Evaluation(s)
+    all_ok = torch.ones(s.X.shape[:-2], dtype=torch.bool, device=s.X.device)
+    for b in bounds(names=names, causal=s.causal or None):
+        if b.scope not in scopes:
+            continue
+        head = (b.name, "head")
+        ev.values[b.key] = ev.values[head].sum(-1) if b.from_heads and head in ev.values else b.fn(s)
+        ev.guaranteed[b.key] = all_ok if b.guaranteed is None else b.guaranteed(s).to(torch.bool).expand_as(all_ok)
+    for key in ev.values:  # after every value: the power iterations they read have run
+        b = get(*key)
+        ev.converged[key] = s.all_converged(b.uses if not b.from_heads else get(b.name, "head").uses)
+    return ev
