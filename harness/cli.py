@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from . import config as _config
 from . import grid as _grid
 from . import registry as _registry
-from . import runner as _runner
-from .cache import REPO_ROOT
+from . import run as _runner
+from .store.codehash import REPO_ROOT
 
 EPILOG = """examples:
   run_all.py                          every experiment, full scale
@@ -23,7 +24,9 @@ EPILOG = """examples:
   run_all.py --executor process --jobs 4     local process pool
   run_all.py --executor submitit --jobs 50   Slurm job array (local jobs when no sbatch)
   run_all.py --collect                rebuild tables/figures/README from the cache alone
-exit status: 0 ok, 1 a cell/figure failed (after running the rest), 2 usage error."""
+outputs: results/<exp>/ (full scale), results/quick/<exp>/ (--quick), results/custom/<scale>__<what differs>/
+(--set, --dtype, --seed, --device): a run never replaces the outputs of another scale or other overrides.
+exit status: 0 ok, 1 a cell/figure failed or was skipped for missing data (after running the rest), 2 usage error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--scale", choices=["full", "quick", "test"], dest="scale",
                        help="grid scale: full (default), quick, test (the smoke-test scale)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default cpu)")
-    ap.add_argument("--dtype", default="float64", choices=["float64", "float32", "float16", "bfloat16"])
+    ap.add_argument("--dtype", default="float64", choices=list(_config.DTYPES),
+                    help="compute dtype every experiment uses (one that cannot refuses before computing)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--executor", choices=_runner.EXECUTORS, default="serial")
     ap.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers / Slurm array parallelism")
@@ -59,22 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cache-dir", type=Path, default=None, help="default: <results-dir>/cache")
     ap.add_argument("--no-figures", action="store_true", help="skip figures (tables and manifests only)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's own)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads per worker (default: cores // jobs for pools, torch's own when serial)")
     return ap
 
 
-def _config(args) -> _runner.RunConfig:
-    from .manifest import resolve_device
-
+def _run_config(args) -> _runner.RunConfig:
     eparams = {}
     for k, v in _grid.parse_set(args.executor_param).items():
         eparams[k] = v[0] if len(v) == 1 else v
     return _runner.RunConfig(
-        scale=args.scale or "full", seed=args.seed, dtype=args.dtype, device=resolve_device(args.device),
+        scale=args.scale or "full", seed=args.seed, dtype=args.dtype, device=_config.resolve_device(args.device),
         results_dir=args.results_dir, cache_dir=args.cache_dir, executor=args.executor, jobs=args.jobs,
         force=args.force, overrides=_grid.parse_set(args.sets), progress=not args.no_progress and sys.stderr.isatty(),
         figures=not args.no_figures, cluster=args.cluster, executor_params=eparams, timeout_min=args.timeout_min,
-        fresh_workers=args.fresh_workers)
+        fresh_workers=args.fresh_workers, threads=args.threads)
 
 
 def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
@@ -96,6 +99,7 @@ def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
 
 
 def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
+    out(f"outputs would go to {cfg.output_root}; cache {cfg.cache_dir}; {cfg.dtype} on {cfg.device}")
     for n in names:
         p = _runner.plan(n, cfg, verify=True)
         states = [("force" if cfg.force and t.state == "cached" else t.state) for t in p.tasks]
@@ -103,7 +107,29 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
         out(f"{n} ({cfg.scale}): {len(p.tasks)} cells, {cached} cached, {len(p.tasks) - cached} to compute"
             f"  [code {p.code[:10]}]")
         for t, s in zip(p.tasks, states):
-            out(f"  {s:8s} {t.key[:12]}  {t.label}")
+            src = f"  [{t.model_source}]" if t.model_source else ""
+            out(f"  {s:8s} {t.key[:12]}  {t.label}{src}")
+
+
+def _anything_cached(names: Sequence[str], cfg) -> bool:
+    return any(t.state == "cached" for n in names for t in _runner.plan(n, cfg, verify=False).tasks)
+
+
+def missing_data_summary(results) -> str:
+    """Which data is missing, for which cells, and the one command that fixes it."""
+    lines = ["MISSING DATA: these cells were skipped (the run fails until the data is there):"]
+    fixes = []
+    for r in results:
+        for e in r.errors:
+            if e.get("status") != "missing_data":
+                continue
+            lines.append(f"  [{r.name}] {e['label']}: {e.get('error')}")
+            fix = e.get("fix")
+            if fix and fix not in fixes:
+                fixes.append(fix)
+    lines.append("fix: " + (" ; ".join(fixes) if fixes else "make data  (fetches the datasets the default run "
+                            "needs, no root), or point ATTNLIP_DATA / ATTNLIP_FASHION_MNIST at them"))
+    return "\n".join(lines)
 
 
 def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
@@ -111,16 +137,14 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    if args.threads:
-        os.environ["ATTNLIP_THREADS"] = str(args.threads)
     try:
-        cfg = _config(args)
+        cfg = _run_config(args)
         names = _runner.select(args.names, args.only)
         if not names:
             out("no experiments registered")
             return 2 if args.names or args.only else 0
         _runner.check_overrides(names, cfg)
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError, _registry.UnsupportedContext) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"run_all.py: error: {msg}", file=sys.stderr)
         return 2
@@ -130,14 +154,20 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     if args.dry_run:
         cmd_dry_run(names, cfg, out)
         return 0
+    if args.collect and not _anything_cached(names, cfg):
+        scale = "" if cfg.scale == "full" else f" --scale {cfg.scale}"
+        print(f"run_all.py: nothing is cached in {cfg.cache_dir} for {', '.join(names)} at scale {cfg.scale} "
+              f"(with these settings), so there is nothing to collect. Compute the cells first: "
+              f"run_all.py {' '.join(args.names) or ''}{scale}".rstrip(), file=sys.stderr)
+        return 1
     t0 = time.perf_counter()
     results = _runner.run(names, cfg, collect_only=args.collect, echo=out)
     bad = [r for r in results if not r.ok]
     skipped = sum(r.missing_data for r in results)
     tail = f"; {skipped} cell(s) skipped for missing data" if skipped else ""
-    out(f"done: {len(results)} experiment(s) in {time.perf_counter() - t0:.1f}s, results in {cfg.results_dir}{tail}")
+    out(f"done: {len(results)} experiment(s) in {time.perf_counter() - t0:.1f}s, results in {cfg.output_root}{tail}")
     if skipped:
-        print(_runner.format_errors([r for r in results if r.missing_data], full=False), file=sys.stderr)
+        print(missing_data_summary(results), file=sys.stderr)
     if bad:
         print("FAILED:\n" + _runner.format_errors(bad), file=sys.stderr)
         return 1

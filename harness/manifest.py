@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .cache import REPO_ROOT
+from .store.codehash import REPO_ROOT
 
 
 def versions() -> Dict[str, Optional[str]]:
@@ -40,19 +40,7 @@ def git_info(root: Path = REPO_ROOT) -> Dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda' when available else 'cpu'; 'cuda' without a GPU -> ValueError."""
-    if device not in ("auto", "cpu") and not device.startswith("cuda"):
-        raise ValueError(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto")
-    if device == "cpu":
-        return "cpu"
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda" if device == "auto" else device
-    if device == "auto":
-        return "cpu"
-    raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False")
+from .config import resolve_device  # noqa: E402,F401 - defined once in config
 
 
 def device_name(device: str) -> str:

@@ -41,8 +41,7 @@ _REGISTRY: Dict[str, "Experiment"] = {}
 _LOADED = False
 
 
-class MissingData(RuntimeError):
-    """A cell needs an input that is not available here (shared data, weights); the smoke test skips on it."""
+from .errors import MissingData, UnsupportedContext  # noqa: E402,F401 - re-exported for experiments
 
 
 @dataclass
@@ -55,6 +54,7 @@ class Context:
     scale: str = "full"  # "full" | "quick" | "test"
     cache_dir: Path = field(default_factory=lambda: Path("results/cache"))
     progress: bool = True
+    threads: Optional[int] = None  # torch intra-op threads the runner set (experiments never set them)
 
     @property
     def torch_dtype(self):
@@ -101,6 +101,21 @@ class Experiment:
     test: Dict[str, List[Any]] = {}
     paired: List[tuple] = []
     description: str = ""
+    # What the compute function honours. The runner refuses anything else before computing (UnsupportedContext).
+    dtypes: tuple = ("float64", "float32")
+    devices: tuple = ("cpu", "cuda")
+
+    def check_context(self, dtype: str, device: str) -> None:
+        """Raise UnsupportedContext (clear, before computing) if this experiment cannot run in dtype/device."""
+        kind = str(device).split(":")[0]
+        if dtype not in self.dtypes:
+            raise UnsupportedContext(
+                f"experiment {self.name!r} does not run in {dtype}: it supports {', '.join(self.dtypes)}"
+                + (f" ({self.dtype_note})" if getattr(self, "dtype_note", "") else "")
+                + f"; rerun with --dtype {self.dtypes[0]}")
+        if kind not in self.devices:
+            raise UnsupportedContext(f"experiment {self.name!r} does not run on {kind}: it supports "
+                                     f"{', '.join(self.devices)}; rerun with --device {self.devices[0]}")
 
     def grid_for(self, scale: str):
         """The parameter grid at a scale: full `grid`, overridden by `quick` or `test` (test falls back to quick).

@@ -18,7 +18,6 @@ class FakeSquares(Experiment):
 
     name = "_fake_squares"
     figures_ref = ["Fake Fig. 0"]
-    VERSION = VERSION_PLACEHOLDER
     grid = {"n": [1, 2, 3], "mult": [1.0, 2.0]}
     quick = {"n": [1, 2]}
     test = {"n": [1]}
@@ -80,7 +79,11 @@ class FakeKiller(Experiment):
 '''
 
 
-def write_fake(path, version=None, extra=""):
-    """Write the fake experiments module to `path` (VERSION pinned or None) and return the path."""
-    path.write_text(FAKE_SOURCE.replace("VERSION_PLACEHOLDER", repr(version)) + extra)
+def write_fake(path, extra="", replace=()):
+    """Write the fake experiments module to `path` (with `replace` (old, new) edits) and return the path."""
+    src = FAKE_SOURCE
+    for old, new in replace:
+        assert old in src, old
+        src = src.replace(old, new)
+    path.write_text(src + extra)
     return path

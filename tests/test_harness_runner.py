@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import cache, cli, registry, runner
+from harness import cli, registry
+from harness import run as runner
+from harness.store import atomic, cells, codehash, keys
 from tests._harness_fakes import write_fake
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,14 +84,17 @@ def test_force_recomputes(fake):
 
 def test_keys_do_not_depend_on_order(fake):
     exp = registry.get_experiment("_fake_squares")
-    code = cache.code_hash(exp)
-    k1 = cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "full", "cpu", code)
-    k2 = cache.cell_key("e", {"mult": 2.0, "n": 1}, 0, "float64", "full", "cpu", code)
+    code = codehash.experiment_code(exp)["hash"]
+    k1 = keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "cpu", code)
+    k2 = keys.cell_key("e", {"mult": 2.0, "n": 1}, 0, "float64", "cpu", code)
     assert k1 == k2
-    assert cache.cell_key("e", {"n": 1, "mult": 2.0}, 1, "float64", "full", "cpu", code) != k1  # seed
-    assert cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float32", "full", "cpu", code) != k1  # dtype
-    assert cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "full", "cuda:1", code) == \
-        cache.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "full", "cuda:0", code)
+    assert keys.cell_key("e", {"n": 1, "mult": 2.0}, 1, "float64", "cpu", code) != k1  # seed
+    assert keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float32", "cpu", code) != k1  # dtype
+    assert keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "cpu", code, model_source="hub:x") != k1
+    assert keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "cpu", code,
+                         versions={"torch": "0.0"}) != k1  # library versions that change numbers
+    assert keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "cuda:1", code) == \
+        keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "cuda:0", code)
     _run(["_fake_slow", "_fake_squares"], fake.cfg())
     res = _run(["_fake_squares", "_fake_slow"], fake.cfg())
     assert all(r.computed == 0 for r in res.values())
@@ -98,30 +103,17 @@ def test_keys_do_not_depend_on_order(fake):
     assert res["_fake_squares"].computed == 0 and res["_fake_squares"].cached == 4
 
 
-def test_editing_module_invalidates_unless_version_pinned(fake):
-    _run(["_fake_squares"], fake.cfg())
-    write_fake(fake.module, extra="\n# an edit\n")
-    registry.load_module_file(fake.module)
-    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
-    assert r.computed == 6
-    # VERSION pins the module part: cosmetic edits keep the cache
-    write_fake(fake.module, version="1")
-    registry.load_module_file(fake.module)
-    assert _run(["_fake_squares"], fake.cfg())["_fake_squares"].computed == 6
-    write_fake(fake.module, version="1", extra="\n# cosmetic\n")
-    registry.load_module_file(fake.module)
-    assert _run(["_fake_squares"], fake.cfg())["_fake_squares"].computed == 0
-
-
 def test_editing_a_harness_dependency_invalidates(fake, monkeypatch):
     exp = registry.get_experiment("_fake_squares")
-    deps = cache.code_deps(exp)
-    assert cache.HARNESS_ROOT / "registry.py" in deps and cache.HARNESS_ROOT / "cli.py" not in deps
-    before = cache.code_hash(exp)
-    real = cache._file_digest
-    monkeypatch.setattr(cache, "_file_digest",
-                        lambda p: real(p) + ("edited" if p.name == "registry.py" else ""))
-    assert cache.code_hash(exp) != before
+    files = codehash.experiment_code(exp)["files"]
+    names = {Path(f).relative_to(codehash.REPO_ROOT).as_posix() for f in files}
+    assert "harness/registry.py" in names and "harness/run/worker.py" in names
+    assert "harness/cli.py" not in names and "harness/plotting.py" not in names  # presentation only
+    before = codehash.experiment_code(exp)["hash"]
+    real = codehash.sha256
+    monkeypatch.setattr(codehash, "sha256", lambda b: real(
+        b + b"edited" if isinstance(b, bytes) and b"class Context" in b else b))
+    assert codehash.experiment_code(exp)["hash"] != before
 
 
 def test_import_closure_follows_helpers(tmp_path):
@@ -133,15 +125,13 @@ def test_import_closure_follows_helpers(tmp_path):
     (pkg / "util.py").write_text("X = 1\n")
     (pkg / "unrelated.py").write_text("Y = 2\n")
     (pkg / "dyn.py").write_text("import importlib\nimportlib.import_module('pkg.unrelated')\n")
-    exp = tmp_path / "exp.py"
-    exp.write_text("def run():\n    from pkg.sub import f  # function-level import\n")
-    got = {p.relative_to(tmp_path).as_posix() for p in cache.import_closure([exp], {"pkg": pkg})}
-    assert got == {"exp.py", "pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/kern.py", "pkg/util.py"}
-    h1 = cache.files_hash(cache.import_closure([exp], {"pkg": pkg}), tmp_path)
+    roots = {"pkg": pkg}
+    got = {p.relative_to(tmp_path).as_posix() for p in codehash.module_closure(["pkg.sub"], roots)}
+    assert got == {"pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/kern.py", "pkg/util.py"}
+    h1 = codehash.files_hash(codehash.module_closure(["pkg.sub"], roots), tmp_path)
     (pkg / "util.py").write_text("X = 2  # edited helper\n")
-    assert cache.files_hash(cache.import_closure([exp], {"pkg": pkg}), tmp_path) != h1
-    exp.write_text("import pkg.dyn\n")
-    assert cache.import_closure([exp], {"pkg": pkg}) is None  # dynamic import -> caller hashes everything
+    assert codehash.files_hash(codehash.module_closure(["pkg.sub"], roots), tmp_path) != h1
+    assert codehash.module_closure(["pkg.dyn"], roots) is None  # dynamic import -> caller hashes everything
 
 
 def test_failed_cell_not_cached_and_retried(fake, monkeypatch, capsys):
@@ -160,10 +150,15 @@ def test_failed_cell_not_cached_and_retried(fake, monkeypatch, capsys):
     assert not list((fake.results / "cache" / "failures" / "_fake_squares").glob("*.txt"))
 
 
-def test_missing_data_is_reported_not_fatal(fake, monkeypatch):
+def test_missing_data_runs_the_rest_then_fails_with_the_fix(fake, monkeypatch, capsys):
     monkeypatch.setenv("ATTNLIP_TEST_MISSING", "3")
     r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
-    assert (r.computed, r.missing_data, r.failed) == (4, 2, 0) and r.ok
+    assert (r.computed, r.missing_data, r.failed) == (4, 2, 0) and not r.ok  # never passes silently
+    rc = cli.main(["_fake_squares", "--results-dir", str(fake.results), "--no-figures", "--no-progress"],
+                  out=lambda *a: None)
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "MISSING DATA" in err and "n=3" in err and "fake data folder absent" in err and "fix:" in err
 
 
 def test_corrupt_cell_detected_and_recomputed(fake):
@@ -173,10 +168,10 @@ def test_corrupt_cell_detected_and_recomputed(fake):
     rec = json.loads(files[1].read_text())
     rec["rows"][0]["value"] = 123.0  # edited without fixing the checksum
     files[1].write_text(json.dumps(rec))
-    with pytest.raises(cache.CorruptCell):
-        cache.load_cell(files[0])
-    with pytest.raises(cache.CorruptCell, match="checksum"):
-        cache.load_cell(files[1])
+    with pytest.raises(cells.CorruptCell):
+        cells.load_cell(files[0])
+    with pytest.raises(cells.CorruptCell, match="checksum"):
+        cells.load_cell(files[1])
     r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
     assert (r.corrupt, r.computed, r.cached) == (2, 2, 4)
     assert 123.0 not in set(_table(fake.results, "_fake_squares")["value"])
@@ -236,7 +231,8 @@ def test_list_and_dry_run(fake):
     lines = []
     assert cli.main(["_fake_squares", "--dry-run", "--quick", "--set", "mult=2.0",
                      "--results-dir", str(fake.results)], out=lines.append) == 0
-    assert "2 cells, 0 cached" in lines[0]  # quick is another scale: other keys
+    head = next(l for l in lines if l.startswith("_fake_squares"))
+    assert "2 cells, 1 cached" in head  # equal cells of two scales share one computation (scale not read)
     lines = []
     cli.main(["_fake_squares", "--dry-run", "--results-dir", str(fake.results)], out=lines.append)
     states = [l.split()[0] for l in lines[1:]]
@@ -246,7 +242,9 @@ def test_list_and_dry_run(fake):
 def test_seed_reaches_cells(fake):
     cli.main(["_fake_squares", "--seed", "7", "--set", "n=1", "--results-dir", str(fake.results),
               "--no-figures"], out=lambda *a: None)
-    t = _table(fake.results, "_fake_squares")
+    root = runner.RunConfig(results_dir=fake.results, seed=7, overrides={"n": [1]}).output_root
+    assert root == fake.results / "custom" / "full__n=1__seed=7"  # its own folder, named after what differs
+    t = _table(root, "_fake_squares")
     assert set(t["seed"]) == {7} and set(t["ctx_seed"]) == {7}
 
 
@@ -257,9 +255,9 @@ def test_stale_tmp_files_removed(fake):
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = d / f".abc.json{cache.TMP_MARK}{socket.gethostname()}.{dead.pid}.xyz"
+    stale = d / f".abc.json{atomic.TMP_MARK}{socket.gethostname()}.{dead.pid}.xyz"
     stale.write_text("{partial")
-    mine = d / f".def.json{cache.TMP_MARK}{socket.gethostname()}.{os.getpid()}.xyz"
+    mine = d / f".def.json{atomic.TMP_MARK}{socket.gethostname()}.{os.getpid()}.xyz"
     mine.write_text("{in progress")
     _run(["_fake_squares"], fake.cfg())
     assert not stale.exists() and mine.exists()  # a live writer's temp file is left alone
@@ -268,26 +266,26 @@ def test_stale_tmp_files_removed(fake):
 def test_sigkill_mid_run_resumes(fake):
     env = dict(os.environ, ATTNLIP_EXPERIMENTS_PATH=str(fake.module), ATTNLIP_TEST_SLEEP="0.3",
                PYTHONWARNINGS="ignore")
-    cells = fake.results / "cache" / "cells" / "_fake_slow"
+    cell_dir = fake.results / "cache" / "cells" / "_fake_slow"
     proc = subprocess.Popen([sys.executable, str(REPO / "run_all.py"), "_fake_slow", "--results-dir",
                              str(fake.results), "--no-figures", "--no-progress"], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 90
-    while time.time() < deadline and len(list(cells.glob("*.json"))) < 2 and proc.poll() is None:
+    while time.time() < deadline and len(list(cell_dir.glob("*.json"))) < 2 and proc.poll() is None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    done = {p.stem for p in cells.glob("*.json")}
+    done = {p.stem for p in cell_dir.glob("*.json")}
     assert 2 <= len(done) < 8, f"kill came too late/early: {len(done)} cells done"
-    for p in cells.glob("*.json"):
-        cache.load_cell(p)  # every visible cell file is complete
+    for p in cell_dir.glob("*.json"):
+        cells.load_cell(p)  # every visible cell file is complete
     before = len(fake.count())
     r = _run(["_fake_slow"], fake.cfg())["_fake_slow"]
     assert r.cached == len(done) and r.computed == 8 - len(done) and r.failed == 0
     recomputed = {l.split("i=")[1] for l in fake.count()[before:]}
-    finished_before = {str(c["i"]) for c in (json.loads((cells / f"{k}.json").read_text())["cell"] for k in done)}
+    finished_before = {str(c["i"]) for c in (json.loads((cell_dir / f"{k}.json").read_text())["cell"] for k in done)}
     assert not recomputed & finished_before
-    leftovers = [p for p in fake.results.rglob("*") if cache.TMP_MARK in p.name]
+    leftovers = [p for p in fake.results.rglob("*") if atomic.TMP_MARK in p.name]
     assert not leftovers
     assert len(_table(fake.results, "_fake_slow")) == 8
 
@@ -297,7 +295,7 @@ def test_figure_failure_reported_table_kept(fake, monkeypatch, capsys):
     rc = cli.main(["_fake_squares", "--set", "n=1", "--results-dir", str(fake.results), "--no-progress"],
                   out=lambda *a: None)
     assert rc == 1 and "figure bug" in capsys.readouterr().err
-    assert len(_table(fake.results, "_fake_squares")) == 4
+    assert len(_table(fake.results / "custom" / "full__n=1", "_fake_squares")) == 4
 
 
 def test_decorator_figures_kwarg_means_paper_refs():

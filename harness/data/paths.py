@@ -8,11 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from harness.registry import MissingData
-
-
-class DataNotFound(FileNotFoundError, MissingData):
-    """A data file or folder is absent: a FileNotFoundError for callers, MissingData for the runner (skip)."""
+from harness.errors import DataNotFound, MissingData  # noqa: F401 - re-exported
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_ENV = "ATTNLIP_DATA"

@@ -1,0 +1,149 @@
+"""Outputs of a run, from the cache alone: <root>/<exp>/table.csv + table.parquet, figures/, manifest.json.
+
+<root> is RunConfig.output_root: results/ for the canonical full run, results/quick/ for quick, and
+results/custom/<scale>__<what differs>/ for --set, --dtype, --seed or --device runs, so no run ever replaces the
+outputs of another scale or of other overrides."""
+from __future__ import annotations
+
+import io
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..config import device_kind
+from ..store.atomic import atomic_write_bytes, atomic_write_text
+from ..store.cells import CellCache, CorruptCell
+
+HEAD = ["experiment", "cell"]
+TAIL = ["seed", "device", "dtype", "scale", "cell_key"]
+
+
+def _record(store: CellCache, t, statuses: Optional[Dict[str, Dict]]) -> Optional[Dict[str, Any]]:
+    try:
+        return store.load(t.experiment, t.key)
+    except (FileNotFoundError, CorruptCell):
+        st = (statuses or {}).get(t.key) or {}
+        return st.get("record")  # computed, but the cache could not be written (read-only / full disk)
+
+
+def load_rows(p, cfg, statuses: Optional[Dict[str, Dict]] = None) -> List[Dict[str, Any]]:
+    """Tidy rows of every cached (or just computed) cell in the plan, with the harness columns added."""
+    store = CellCache(cfg.cache_dir)
+    rows: List[Dict[str, Any]] = []
+    for t in p.tasks:
+        rec = _record(store, t, statuses)
+        if rec is None:
+            continue
+        for r in rec["rows"]:
+            row = {"experiment": t.experiment, "cell": t.label}
+            row.update({k: v for k, v in t.cell.items() if k not in r})
+            row.update(r)
+            row.update(seed=cfg.seed, device=device_kind(rec.get("device", cfg.device)),
+                       dtype=rec.get("dtype", cfg.dtype), scale=cfg.scale, cell_key=t.key[:12])
+            rows.append(row)
+    return rows
+
+
+def to_table(rows: List[Dict[str, Any]]):
+    """DataFrame with harness columns first/last and params/values in first-seen order; list-valued cells
+    (e.g. a list of eps) are written as JSON text."""
+    import pandas as pd
+
+    order: List[str] = []
+    for r in rows:
+        order += [k for k in r if k not in order]
+    cols = HEAD + [c for c in order if c not in HEAD + TAIL] + TAIL
+    df = pd.DataFrame(rows, columns=cols)
+    for c in df.columns:
+        if df[c].dtype == object and any(isinstance(v, (list, dict)) for v in df[c]):
+            df[c] = df[c].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
+    return df
+
+
+def parquet_bytes(df) -> bytes:
+    """Parquet of the table; object columns mixing types are written as strings."""
+    df = df.copy()
+    for c in df.columns:
+        if df[c].dtype == object:
+            kinds = {type(v) for v in df[c] if v is not None and not (isinstance(v, float) and v != v)}
+            if len(kinds) > 1 or (kinds and not kinds <= {str, bool}):
+                df[c] = df[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else
+                                  (v if isinstance(v, str) else json.dumps(v)))
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: Optional[float] = None,
+                  overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Write <output_root>/<exp>/ from the cache; returns a report (rows, figures, figure_error, table)."""
+    from .. import manifest as _manifest
+
+    exp, name = p.exp, p.exp.name
+    outdir = Path(cfg.output_root) / name
+    rows = load_rows(p, cfg, statuses)
+    store = CellCache(cfg.cache_dir)
+    report: Dict[str, Any] = {"experiment": name, "rows": len(rows), "figures": [], "figure_error": None,
+                              "outdir": str(outdir)}
+    if not rows:
+        report["skipped"] = "no cached cells"
+        return report
+    table = to_table(rows)
+    outdir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(outdir / "table.csv", table.to_csv(index=False))
+    atomic_write_bytes(outdir / "table.parquet", parquet_bytes(table))
+    figdir = outdir / "figures"
+    if cfg.figures:
+        figdir.mkdir(exist_ok=True)
+        for old in list(figdir.glob("*.png")) + list(figdir.glob("*.pdf")):
+            old.unlink()
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            paths = exp.figures(table.copy(), figdir) or []
+            report["figures"] = [str(Path(x).relative_to(outdir)) if Path(x).is_absolute() and
+                                 Path(x).is_relative_to(outdir) else str(x) for x in paths]
+        except OSError as e:  # disk full / unwritable: the real cause, not a figure bug
+            report["figure_error"] = f"writing figures failed: {e.__class__.__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - reported, run continues
+            report["figure_error"] = f"{e.__class__.__name__}: {e}\n{traceback.format_exc()}"
+    cells = []
+    for t in p.tasks:
+        entry = {"cell": t.label, "key": t.key, "params": t.cell, "model_source": t.model_source}
+        rec = _record(store, t, statuses)
+        if rec is not None:
+            entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"),
+                         **rec.get("meta", {}))
+        else:
+            st = (statuses or {}).get(t.key, {})
+            entry.update(status=st.get("status", "missing"), error=st.get("error"))
+        cells.append(entry)
+    walls = [c.get("wall_s", 0) or 0 for c in cells]
+    rss = [c.get("peak_rss_mb", 0) or 0 for c in cells]
+    ran = sorted({(c.get("dtype"), c.get("device"), c.get("threads")) for c in cells if c["status"] == "ok"},
+                 key=str)
+    man = {
+        "experiment": name,
+        "figures_ref": list(exp.figures_ref),
+        "description": (exp.description or (type(exp).__doc__ or "")).strip().split("\n")[0],
+        "code_hash": p.code, "key_includes_scale": p.reads_scale,
+        "scale": cfg.scale, "seed": cfg.seed, "dtype": cfg.dtype, "variant": cfg.variant or "canonical",
+        "ran_as": [{"dtype": d, "device": dev, "threads": th} for d, dev, th in ran],
+        "grid": exp.grid_for(cfg.scale), "overrides": overrides or {},
+        "created": _manifest.now_utc(),
+        **_manifest.environment(cfg.device),
+        "complete": all(c["status"] == "ok" for c in cells),
+        "n_cells": len(cells), "n_rows": len(rows),
+        "total_cell_wall_s": round(sum(walls), 3),
+        "max_cell_peak_rss_mb": round(max(rss), 1) if rss else None,
+        "run_wall_s": round(time.perf_counter() - started, 3) if started else None,
+        "runner_peak_rss_mb": {k: round(v, 1) for k, v in _manifest.peak_rss_mb().items()},
+        "figures": report["figures"],
+        "cells": cells,
+    }
+    atomic_write_text(outdir / "manifest.json", json.dumps(man, indent=1, default=str) + "\n")
+    report["table"] = table
+    return report

@@ -1,0 +1,221 @@
+"""Planning a run: which experiments, which cells (grid at a scale, type-checked --set overrides), their keys,
+their cache state, and where the outputs of this kind of run go (scales and overrides never share a folder)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from .. import config as _config
+from .. import grid as _grid
+from .. import registry as _registry
+from ..registry import Experiment
+from ..store import keys as _keys
+from ..store.cells import CellCache, CorruptCell
+from ..store.codehash import REPO_ROOT, experiment_code
+
+EXECUTORS = ("serial", "process", "submitit")
+
+
+@dataclass
+class RunConfig:
+    """Everything that selects and keys a run (CLI flags map 1:1 onto these)."""
+
+    scale: str = "full"
+    seed: int = 0
+    dtype: str = "float64"
+    device: str = "cpu"  # resolved: cpu | cuda | cuda:N
+    results_dir: Path = field(default_factory=lambda: REPO_ROOT / "results")
+    cache_dir: Optional[Path] = None  # default results_dir/cache
+    executor: str = "serial"
+    jobs: int = 1
+    force: bool = False
+    overrides: Dict[str, List[Any]] = field(default_factory=dict)
+    progress: bool = True
+    figures: bool = True
+    cluster: Optional[str] = None  # submitit: None -> slurm if sbatch exists else local
+    executor_params: Dict[str, Any] = field(default_factory=dict)
+    timeout_min: int = 60
+    fresh_workers: bool = False  # process executor: one cell per worker process
+    threads: Optional[int] = None  # torch threads per worker; None: cores // jobs (pools) or torch's default
+
+    def __post_init__(self):
+        self.results_dir = Path(self.results_dir)
+        self.cache_dir = Path(self.cache_dir) if self.cache_dir else self.results_dir / "cache"
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
+        _config.check_scale(self.scale)
+        _config.check_dtype(self.dtype)
+        if self.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+
+    @property
+    def variant(self) -> str:
+        """'' for the canonical run (full scale, no --set, seed 0, float64, cpu), else a folder name that says
+        what differs, e.g. 'quick', 'custom/full__n=2,4,8', 'custom/quick__dtype=float32'."""
+        extra = []
+        if self.overrides:
+            extra += [f"{k}={','.join(_fmt(v) for v in vs)}" for k, vs in sorted(self.overrides.items())]
+        if self.dtype != "float64":
+            extra.append(f"dtype={self.dtype}")
+        if self.seed != 0:
+            extra.append(f"seed={self.seed}")
+        if _config.device_kind(self.device) != "cpu":
+            extra.append(f"device={_config.device_kind(self.device)}")
+        if not extra:
+            return "" if self.scale == "full" else self.scale
+        slug = re.sub(r"[^A-Za-z0-9=,._+-]", "_", "__".join(extra))
+        if len(slug) > 80:
+            from ..store.atomic import sha256
+
+            slug = slug[:70] + "-" + sha256(slug)[:8]
+        return f"custom/{self.scale}__{slug}"
+
+    @property
+    def output_root(self) -> Path:
+        """Where this run's tables, figures, manifests and README go."""
+        return self.results_dir / self.variant if self.variant else self.results_dir
+
+
+def _fmt(v: Any) -> str:
+    import json
+
+    return f"{v:g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+
+
+@dataclass
+class CellTask:
+    experiment: str
+    cell: Dict[str, Any]
+    key: str
+    label: str
+    state: str = "missing"  # cached | missing | corrupt
+    note: str = ""
+    model_source: Optional[str] = None
+
+
+@dataclass
+class ExpPlan:
+    exp: Experiment
+    code: str
+    tasks: List[CellTask]
+    reads_scale: bool = False
+
+
+def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
+    """Experiment names from exact names and/or globs (positional and --only); all when none given."""
+    pats = [p for item in list(names) + list(only) for p in str(item).split(",") if p.strip()]
+    if not pats:
+        return _registry.list_experiments()
+    out: List[str] = []
+    for p in pats:
+        p = p.strip()
+        if any(ch in p for ch in "*?["):
+            hits = _registry.list_experiments(p)
+            if not hits:
+                raise KeyError(f"pattern {p!r} matches no experiment. Known: "
+                               f"{', '.join(_registry.list_experiments()) or '(none)'}")
+        else:
+            hits = [_registry.get_experiment(p).name]  # KeyError with close matches
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def _declared(exp: Experiment, key: str) -> List[Any]:
+    vals: List[Any] = []
+    for scale in _config.SCALES:
+        for g in _grid.subgrids(exp.grid_for(scale)):
+            vals += g.get(key, [])
+    return vals
+
+
+def _kind(v: Any) -> str:
+    return "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) \
+        else "none" if v is None else "list" if isinstance(v, list) else "dict" if isinstance(v, dict) else "str"
+
+
+def check_value(exp_name: str, key: str, value: Any, declared: Sequence[Any]) -> Any:
+    """`value` converted to the grid's declared type for `key` (int -> float where floats are declared), or a
+    ValueError naming the key, the experiment, the expected type and an example."""
+    kinds = {_kind(v) for v in declared}
+    k = _kind(value)
+    if not kinds or k in kinds:
+        if k == "list" and "list" in kinds:
+            inner = [x for v in declared if isinstance(v, list) for x in v]
+            if inner:
+                return [check_value(exp_name, f"{key}[]", x, inner) for x in value]
+        return value
+    if k == "int" and "float" in kinds:
+        return float(value)
+    example = ", ".join(_fmt(v) for v in declared[:4])
+    raise ValueError(f"--set {key}={_fmt(value)}: grid parameter {key!r} of {exp_name} takes "
+                     f"{' or '.join(sorted(kinds))} values (declared: {example}), got {k} {value!r}")
+
+
+def typed_overrides(exp: Experiment, cfg: RunConfig) -> Dict[str, List[Any]]:
+    """The --set overrides that apply to this experiment, type-checked against its declared grid values."""
+    known = _grid.keys(exp.grid_for(cfg.scale))
+    out = {}
+    for k, vs in cfg.overrides.items():
+        if k in known:
+            decl = _declared(exp, k)
+            out[k] = [check_value(exp.name, k, v, decl) for v in vs]
+    return out
+
+
+def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
+    """Every --set key must belong to a selected experiment's grid, with a value of the declared type; the
+    context (dtype, device) must be one every selected experiment runs in (UnsupportedContext otherwise)."""
+    known = set()
+    for n in names:
+        exp = _registry.get_experiment(n)
+        known.update(_grid.keys(exp.grid_for(cfg.scale)))
+        typed_overrides(exp, cfg)
+        exp.check_context(cfg.dtype, cfg.device)
+    bad = [k for k in cfg.overrides if k not in known]
+    if bad:
+        raise ValueError(f"--set {', '.join(bad)}: no selected experiment has such a grid parameter; "
+                         f"known: {', '.join(sorted(known)) or '(none)'}")
+
+
+def model_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
+    """What weights a cell would use (hub / package / random init), without loading them: part of the key."""
+    if hasattr(exp, "model_source"):
+        return exp.model_source(cell)
+    if "model" not in cell:
+        return None
+    try:
+        from ..models.text import model_source as _ms
+    except ImportError:
+        return None
+    try:
+        return _ms(cell["model"], cell.get("pretrained"))
+    except Exception as e:  # noqa: BLE001 - an unknown model fails in its cell, with the loader's message
+        return f"unresolved:{e.__class__.__name__}"
+
+
+def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
+    """Cells of one experiment with their keys and cache state (verify: load each file to detect corruption)."""
+    exp = _registry.get_experiment(name)
+    code = experiment_code(exp)
+    store = CellCache(cfg.cache_dir)
+    tasks = []
+    for cell in exp.cells(cfg.scale, typed_overrides(exp, cfg)):
+        src = model_source(exp, cell)
+        key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
+                             scale=cfg.scale if code["reads_scale"] else None, model_source=src)
+        t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src)
+        if store.exists(name, key):
+            if verify:
+                try:
+                    store.load(name, key)
+                    t.state = "cached"
+                except CorruptCell as e:
+                    t.state, t.note = "corrupt", str(e)
+            else:
+                t.state = "cached"
+        tasks.append(t)
+    return ExpPlan(exp, code["hash"], tasks, code["reads_scale"])

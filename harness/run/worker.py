@@ -1,0 +1,197 @@
+"""Worker side: compute one cell in this process and write its cache file (parameters in, never tensors).
+
+The context a cell sees (dtype, device, threads, seed) is set here, once, for every experiment; RNGs are reset
+before every cell so a cell's rows do not depend on execution order. A cell claimed by another live runner is
+left to it ("claimed"). Pool workers exit when the runner that started them dies (no orphans)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .. import config as _config
+from .. import registry as _registry
+from ..errors import MissingData, UnsupportedContext
+from ..registry import Context, Experiment
+from ..store import claims as _claims
+from ..store.atomic import atomic_write_text, canonical_json
+from ..store.cells import CellCache
+
+RESERVED = ("experiment", "cell", "cell_key", "seed", "device", "dtype", "scale")
+
+
+def make_spec(exp: Experiment, task, cfg, progress: bool) -> Dict[str, Any]:
+    """The picklable description of one cell's work (parameters only)."""
+    mod = exp.module
+    return {
+        "experiment": exp.name, "module": mod.__name__, "module_file": getattr(mod, "__file__", None),
+        "cell": task.cell, "key": task.key, "label": task.label, "seed": cfg.seed, "dtype": cfg.dtype,
+        "scale": cfg.scale, "device": cfg.device, "cache_dir": str(cfg.cache_dir), "progress": progress,
+        "threads": cfg.threads, "model_source": task.model_source,
+    }
+
+
+def _resolve(spec: Dict[str, Any]) -> Experiment:
+    """The experiment in this (possibly fresh) process: import only its own module (by name, else by file),
+    falling back to loading every experiment module."""
+    import importlib
+
+    name = spec["experiment"]
+    if name not in _registry._REGISTRY:
+        mod, mfile = spec.get("module") or "", spec.get("module_file")
+        with contextlib.suppress(Exception):
+            if mod.startswith("_attnlip_ext_") and mfile:
+                _registry.load_module_file(mfile)
+            else:
+                try:
+                    importlib.import_module(mod)
+                except ImportError:
+                    if not mfile:
+                        raise
+                    _registry.load_module_file(mfile)
+    if name not in _registry._REGISTRY:
+        _registry.load_all()
+    return _registry.get_experiment(name)
+
+
+class RSSSampler:
+    """Peak resident memory of this process during a block, sampled every `dt` seconds (psutil)."""
+
+    def __init__(self, dt: float = 0.02):
+        self.dt, self.peak, self._stop = dt, 0, threading.Event()
+        try:
+            import psutil
+
+            self._proc = psutil.Process()
+        except ImportError:  # pragma: no cover
+            self._proc = None
+
+    def _poll(self):
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.dt)
+
+    def _sample(self):
+        if self._proc is not None:
+            with contextlib.suppress(Exception):
+                self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __enter__(self):
+        self._sample()
+        self._t = threading.Thread(target=self._poll, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self._sample()
+
+
+def seed_everything(seed: int) -> None:
+    """Reset global RNGs before every cell so a cell's result does not depend on execution order."""
+    import random
+
+    random.seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed % 2**32)
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def check_rows(rows: Any) -> List[Dict[str, Any]]:
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"run() must return a list of dicts (tidy rows), got {type(rows).__name__}")
+    for r in rows:
+        bad = [k for k in r if k in RESERVED]
+        if bad:
+            raise ValueError(f"row keys {bad} are reserved for the harness (it adds {', '.join(RESERVED)})")
+    return json.loads(canonical_json(list(rows)))  # fails early on non-JSON values
+
+
+def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Compute one cell and write its cache file; returns a status dict (never raises for a cell error)."""
+    t0 = time.perf_counter()
+    status: Dict[str, Any] = {"experiment": spec["experiment"], "key": spec["key"], "label": spec["label"]}
+    claim = _claims.try_claim(spec["cache_dir"], spec["experiment"], spec["key"])
+    if claim is None:
+        status.update(status="claimed", error="being computed by another runner", wall_s=0.0)
+        return status
+    try:
+        exp = _resolve(spec)
+        exp.check_context(spec["dtype"], spec["device"])
+        threads = _config.apply_threads(spec.get("threads"))
+        ctx = Context(device=spec["device"], dtype=spec["dtype"], seed=spec["seed"], scale=spec["scale"],
+                      cache_dir=Path(spec["cache_dir"]), progress=spec["progress"], threads=threads)
+        seed_everything(int(spec["seed"]))
+        with _RSS() as rss:
+            rows = check_rows(exp.run(dict(spec["cell"]), ctx))
+        wall = time.perf_counter() - t0
+        meta = {"wall_s": round(wall, 4), "peak_rss_mb": round(rss.peak / 2**20, 1), "threads": threads,
+                "pid": os.getpid(), "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        record = {"experiment": spec["experiment"], "key": spec["key"], "cell": spec["cell"], "rows": rows,
+                  "seed": spec["seed"], "dtype": spec["dtype"], "scale": spec["scale"], "device": spec["device"],
+                  "model_source": spec.get("model_source"), "meta": meta}
+        try:
+            CellCache(spec["cache_dir"]).save(record)
+            status["cached"] = True
+        except OSError as e:  # read-only or full cache: the rows are still reported, with the real cause
+            status.update(cached=False, cache_error=f"{e.__class__.__name__}: {e}", record=record)
+        _failure_log(spec, None)
+        status.update(status="ok", **meta, n_rows=len(rows))
+    except UnsupportedContext as e:
+        status.update(status="failed", error=f"UnsupportedContext: {e}", traceback="",
+                      wall_s=time.perf_counter() - t0)
+    except MissingData as e:
+        status.update(status="missing_data", error=f"MissingData: {e}", traceback="", fix=getattr(e, "fix", ""),
+                      wall_s=time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - a failed cell is reported, never cached
+        tb = traceback.format_exc()
+        _failure_log(spec, tb)
+        status.update(status="failed", error=f"{e.__class__.__name__}: {e}", traceback=tb,
+                      wall_s=time.perf_counter() - t0)
+    finally:
+        claim.release()
+    return status
+
+
+_RSS = RSSSampler
+
+
+def run_cells(specs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Worker entry point (process pool / submitit job): run a chunk of cells in order."""
+    return [run_one(s) for s in specs]
+
+
+def _failure_log(spec: Dict[str, Any], tb: Optional[str]) -> None:
+    p = Path(spec["cache_dir"]) / "failures" / spec["experiment"] / f"{spec['key']}.txt"
+    if tb is None:
+        with contextlib.suppress(OSError):
+            p.unlink()
+    else:
+        with contextlib.suppress(OSError):
+            atomic_write_text(p, f"{spec['label']}\n{tb}")
+
+
+def worker_init(threads: int, parent_pid: Optional[int] = None) -> None:
+    """Pool worker start-up: thread count, and a watchdog that exits this worker when its parent dies."""
+    os.environ[_config.THREADS_ENV] = os.environ.get(_config.THREADS_ENV) or str(threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(threads))
+    if parent_pid is not None:
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _watch_parent(parent_pid: int, dt: float = 1.0) -> None:
+    """Exit (without cleanup of queued work) as soon as the runner is gone: re-parented or its pid dead."""
+    while True:
+        time.sleep(dt)
+        if os.getppid() != parent_pid:
+            os._exit(3)

@@ -1,0 +1,95 @@
+"""Canonical JSON, hashes and atomic file writes (a reader never sees a partial file)."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, List, Union
+
+TMP_MARK = ".tmp."
+FILE_MODE = 0o644  # normal permissions, so a cache shared by a group works (mkstemp alone gives 0600)
+
+
+def _jsonable(o: Any) -> Any:
+    """Fallback for json.dumps: numpy/torch scalars and small arrays (via .tolist()), Paths, sets."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"not JSON-serializable: {type(o).__name__} {o!r}"[:200])
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no whitespace, NaN/inf allowed (round-trips through json.loads)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_jsonable, allow_nan=True)
+
+
+def sha256(text: Union[str, bytes]) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def _mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return FILE_MODE & ~umask
+
+
+def atomic_write_bytes(path: Union[str, Path], data: bytes) -> Path:
+    """Write `data` to `path` via a same-directory temp file + fsync + os.replace (never a partial file).
+
+    An OSError (disk full, read-only folder) propagates with its real cause after the temp file is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}{socket.gethostname()}.{os.getpid()}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _mode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: Union[str, Path], text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_tmp(root: Union[str, Path]) -> List[Path]:
+    """Remove temp files left under `root` by killed writers on this host (their pid is gone)."""
+    root = Path(root)
+    removed: List[Path] = []
+    if not root.exists():
+        return removed
+    host = socket.gethostname()
+    for f in root.rglob(f".*{TMP_MARK}*"):
+        tail = f.name.split(TMP_MARK, 1)[1]  # host.pid.random
+        try:
+            h, pid = tail.rsplit(".", 2)[0], int(tail.rsplit(".", 2)[1])
+        except (IndexError, ValueError):
+            continue
+        if h == host and not pid_alive(pid):
+            with contextlib.suppress(OSError):
+                f.unlink()
+                removed.append(f)
+    return removed

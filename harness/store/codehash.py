@@ -1,0 +1,265 @@
+"""What a cell's numbers depend on, as a hash of source code.
+
+An experiment's code hash = (1) the *compute part* of its module: the AST (comments, docstrings and formatting
+ignored) of the experiment class without its presentation methods (`figures`, `summary`) and declarative
+attributes (`grid`, `quick`, `test`, ... : cell parameters are in the key themselves), plus every module-level
+definition the compute part reaches by name, transitively; and (2) the files of every module under harness/ and
+experiments/ that the compute part imports, transitively (static `ast` closure), except the presentation
+modules (plotting, report, manifest, cli). So editing `run()` or anything it calls invalidates the cells, and
+editing a figure or the summary text does not. A dynamic import anywhere in the closure hashes all of
+harness/ instead (never less than what ran).
+
+`modules_hash(modules)` gives the same kind of hash for the closure of arbitrary modules (trained-model
+artifacts are keyed with it).
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+from types import ModuleType
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from .atomic import canonical_json, sha256
+
+HARNESS_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = HARNESS_ROOT.parent
+PRESENTATION_MODULES = {"harness.plotting", "harness.report", "harness.manifest", "harness.cli"}
+PRESENTATION_METHODS = {"figures", "summary"}
+DECLARATIVE_ATTRS = {"name", "grid", "quick", "test", "paired", "figures_ref", "description", "dtypes",
+                     "devices", "dtype_note", "float32_exempt"}
+ALWAYS = ("harness/run/worker.py",)  # seeds RNGs and checks rows around every cell
+# Hashed but not walked: the registry imports experiments dynamically by design (discovery), which must not
+# widen every experiment's hash to the whole tree.
+LEAVES = {"harness.registry"}
+
+
+def _roots() -> Dict[str, Path]:
+    roots = {"harness": HARNESS_ROOT}
+    exp_root = REPO_ROOT / "experiments"
+    if exp_root.is_dir():
+        roots["experiments"] = exp_root
+    return roots
+
+
+# ----------------------------------------------------------------------------------------- import closure
+def _module_file(mod: str, roots: Mapping[str, Path]) -> Optional[Path]:
+    top, *rest = mod.split(".")
+    if top not in roots:
+        return None
+    base = Path(roots[top]).joinpath(*rest)
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand.resolve()
+    return None
+
+
+def _module_name(path: Path, roots: Mapping[str, Path]) -> Optional[str]:
+    for top, root in roots.items():
+        root = Path(root).resolve()
+        if path.resolve().is_relative_to(root):
+            rel = path.resolve().relative_to(root).with_suffix("")
+            parts = [top, *rel.parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return None
+
+
+def imported_modules(nodes: Iterable[ast.AST], me: str = "", is_pkg: bool = False) -> Tuple[List[str], bool]:
+    """Module names imported anywhere inside `nodes` (and whether a dynamic import occurs)."""
+    mods: List[str] = []
+    dynamic = False
+    for top in nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.Import):
+                mods += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    pkg = me.split(".") if is_pkg else me.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+                    base = ".".join(pkg + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                mods.append(base)
+                mods += [f"{base}.{a.name}" for a in node.names]  # maybe submodules
+            elif isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+                if name in ("import_module", "__import__"):
+                    dynamic = True
+    return mods, dynamic
+
+
+def module_closure(start: Iterable[str], roots: Optional[Mapping[str, Path]] = None,
+                   skip: Iterable[str] = PRESENTATION_MODULES) -> Optional[List[Path]]:
+    """Files of the modules under `roots` that the `start` module names import, transitively (parents'
+    __init__.py included; `skip` modules neither hashed nor walked). None when a dynamic import occurs."""
+    roots = dict(roots or _roots())
+    skip = set(skip)
+    seen: Dict[Path, None] = {}
+    todo = list(start)
+    while todo:
+        m = todo.pop()
+        parts = m.split(".")
+        for i in range(1, len(parts) + 1):
+            name = ".".join(parts[:i])
+            if name in skip:
+                break
+            f = _module_file(name, roots)
+            if f is None or f in seen:
+                continue
+            seen[f] = None
+            if name in LEAVES:
+                continue
+            tree = ast.parse(f.read_text(), filename=str(f))
+            mods, dynamic = imported_modules([tree], _module_name(f, roots) or "", f.name == "__init__.py")
+            if dynamic:
+                return None
+            todo += mods
+    return sorted(seen)
+
+
+def files_hash(files: Iterable[Path], root: Path = REPO_ROOT) -> str:
+    """sha256 over (relative name, content digest) of the files, order-independent."""
+    parts = []
+    for f in files:
+        f = Path(f).resolve()
+        name = str(f.relative_to(root)) if f.is_relative_to(root) else f.name
+        parts.append((name, sha256(f.read_bytes())))
+    return sha256(canonical_json(sorted(parts)))
+
+
+def _all_harness_files() -> List[Path]:
+    files = sorted(HARNESS_ROOT.rglob("*.py")) + sorted((REPO_ROOT / "experiments").glob("_*.py"))
+    pres = {HARNESS_ROOT / (m.split(".", 1)[1] + ".py") for m in PRESENTATION_MODULES}
+    return [f.resolve() for f in files if f not in pres]
+
+
+def closure_hash(start: Sequence[str]) -> Tuple[str, List[Path]]:
+    """Hash of the files the modules `start` import (all of harness/ on a dynamic import), and those files."""
+    files = module_closure(start)
+    if files is None:
+        files = _all_harness_files()
+    files = sorted(set(files) | {(REPO_ROOT / a).resolve() for a in ALWAYS if (REPO_ROOT / a).is_file()})
+    return files_hash(files), files
+
+
+def modules_hash(modules: Sequence) -> str:
+    """Code hash of modules (objects or names) and their closure: key artifacts built by that code."""
+    names = [m.__name__ if isinstance(m, ModuleType) else getattr(m, "__module__", None) or str(m)
+             for m in modules]
+    return closure_hash(names)[0]
+
+
+# ----------------------------------------------------------------------------------------- compute part
+def _strip_docstring(body: List[ast.stmt]) -> List[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _clean(node: ast.AST) -> ast.AST:
+    """Docstrings removed everywhere (they never change numbers)."""
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            n.body = _strip_docstring(n.body) or [ast.Pass()]
+    return node
+
+
+def _names(node: ast.AST) -> Tuple[Set[str], Set[str]]:
+    """(bare names read, attribute names read on `self`) inside node."""
+    names, attrs = set(), set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):
+            attrs.add(n.attr)
+    return names, attrs
+
+
+def _defines(stmt: ast.stmt) -> Set[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    out: Set[str] = set()
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    for t in targets:
+        if t is not None:
+            out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def compute_part(source: str, class_name: str) -> Tuple[List[ast.AST], bool]:
+    """The AST nodes of a module that compute an experiment's cells, and whether they read `ctx.scale`."""
+    tree = ast.parse(textwrap.dedent(source))
+    top = tree.body
+    cls = next((s for s in top if isinstance(s, ast.ClassDef) and s.name == class_name), None)
+    if cls is None:  # not found statically: the whole module counts
+        return [_clean(tree)], True
+    members = {}
+    for s in cls.body:
+        for name in _defines(s):
+            members[name] = s
+    entry = [n for n in ("run", "compute", "model_source") if n in members]
+    todo = entry or [n for n in members if n not in PRESENTATION_METHODS | DECLARATIVE_ATTRS]
+    keep_members: Dict[str, ast.stmt] = {}
+    names: Set[str] = set()
+    while todo:
+        n = todo.pop()
+        if n in keep_members or n not in members:
+            continue
+        keep_members[n] = members[n]
+        nm, at = _names(members[n])
+        names |= nm
+        todo += [a for a in at | nm if a in members and a not in PRESENTATION_METHODS]
+    defs: Dict[str, ast.stmt] = {}
+    for s in top:
+        if s is cls:
+            continue
+        for name in _defines(s):
+            defs.setdefault(name, s)
+    keep_top: Dict[int, ast.stmt] = {}
+    todo = list(names) + [b.id for b in cls.bases if isinstance(b, ast.Name)]
+    seen: Set[str] = set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        s = defs.get(n)
+        if s is None or id(s) in keep_top:
+            continue
+        keep_top[id(s)] = s
+        todo += list(_names(s)[0])
+    ordered = [s for s in top if id(s) in keep_top]
+    nodes: List[ast.AST] = [_clean(s) for s in ordered] + [_clean(keep_members[k]) for k in sorted(keep_members)]
+    reads_scale = any(isinstance(n, ast.Attribute) and n.attr == "scale" for x in nodes for n in ast.walk(x))
+    return nodes, reads_scale
+
+
+def experiment_code(exp) -> Dict[str, object]:
+    """{"hash", "files", "reads_scale"} for a registered experiment (see the module docstring)."""
+    cls = type(exp)
+    mod = inspect.getmodule(cls)
+    mod_name = getattr(mod, "__name__", "")
+    try:
+        source = inspect.getsource(mod)
+    except (OSError, TypeError):  # defined interactively: its class source, else its name only
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):
+            source = f"class {cls.__name__}: pass"
+    nodes, reads_scale = compute_part(source, cls.__name__)
+    me = mod_name
+    is_pkg = bool(mod is not None and getattr(mod, "__file__", "").endswith("__init__.py"))
+    mods, dynamic = imported_modules(nodes, me, is_pkg)
+    if dynamic:
+        deps, files = _all_harness_files(), _all_harness_files()
+        deps_hash = files_hash(deps)
+    else:
+        deps_hash, files = closure_hash([m for m in mods if m != me])
+    own = sha256("\n".join(ast.dump(n) for n in nodes))
+    return {"hash": sha256(canonical_json({"compute": own, "deps": deps_hash})), "files": files,
+            "reads_scale": reads_scale}
