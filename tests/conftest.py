@@ -43,3 +43,10 @@ def _torch_threads():
     torch.set_num_threads(1)  # small tensors: 1 thread is up to 7x faster here
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def experiment_cache(tmp_path_factory):
+    """One cell/artifact cache for every test that runs registered experiments (smoke and contract tests share
+    cells, so the float64 test-scale run is computed once, and trained models are built once)."""
+    return tmp_path_factory.mktemp("experiment_cache")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness import registry, runner
+from harness import registry
+from harness import run as runner
 
 NAMES = registry.list_experiments()
 SCHEMA = {"experiment", "cell", "seed", "device", "dtype"}
@@ -17,21 +18,16 @@ def test_experiment_modules_import():
     assert registry.import_errors() == {}, "\n".join(registry.import_errors().values())
 
 
-@pytest.fixture(scope="module")
-def smoke_cache(tmp_path_factory):
-    """One cache dir for the module, so artifacts (trained models) built by one experiment are reused."""
-    return tmp_path_factory.mktemp("smoke_cache")
-
-
 @pytest.mark.parametrize("name", NAMES)
-def test_experiment_smoke(name, tmp_path, smoke_cache):
-    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "results", cache_dir=smoke_cache, progress=False)
+def test_experiment_smoke(name, tmp_path, experiment_cache):
+    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "results", cache_dir=experiment_cache, progress=False)
     (res,) = runner.run([name], cfg, echo=lambda *a: None)
     if res.missing_data and not res.computed:
         pytest.skip(f"{name}: missing data: {res.errors[0]['error']}")
     assert res.failed == 0, runner.format_errors([res])
     assert res.figure_error is None, res.figure_error
-    out = tmp_path / "results" / name
+    out = cfg.output_root / name
+    assert cfg.output_root == tmp_path / "results" / "test"  # test scale never writes where full results live
     table = pd.read_csv(out / "table.csv")
     assert len(table) > 0, f"{name}: empty table"
     assert SCHEMA <= set(table.columns), f"{name}: missing columns {SCHEMA - set(table.columns)}"

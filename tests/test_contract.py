@@ -1,0 +1,265 @@
+"""The harness contract (issue 11), checked over the whole registry where it can be:
+
+- a quick run, a --set run and --collect --quick leave the canonical (full-scale) outputs byte-identical;
+- every experiment honours --dtype: float32 and float64 tables differ as float32 arithmetic does and agree to
+  float32 accuracy, or the experiment refuses float32 clearly before computing;
+- editing an experiment's compute function changes its code hash, editing only figures/summary does not;
+- imports only go down the layers; no source file over 400 lines.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import cli, registry
+from harness import run as runner
+from harness.errors import UnsupportedContext
+from harness.store import codehash
+from tests._harness_fakes import write_fake
+
+REPO = Path(__file__).resolve().parent.parent
+NAMES = registry.list_experiments()
+HARNESS_COLS = {"experiment", "cell", "seed", "device", "dtype", "scale", "cell_key"}
+
+
+# ------------------------------------------------------------------------------ outputs separated by scale
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    mod = write_fake(tmp_path / "fake_contract.py")
+    counter = tmp_path / "counter.txt"
+    counter.touch()
+    monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
+    registry.load_all()
+    registry.load_module_file(mod)
+    yield mod
+    for n in ("_fake_squares", "_fake_slow", "_fake_killer"):
+        registry.unregister(n)
+    sys.modules.pop("_attnlip_ext_fake_contract", None)
+
+
+def _snapshot(results: Path):
+    """sha256 of every file under results/ except the quick/, custom/ and cache/ folders."""
+    out = {}
+    for p in sorted(results.rglob("*")):
+        rel = p.relative_to(results)
+        if p.is_file() and rel.parts[0] not in ("quick", "custom", "cache"):
+            out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def test_other_scales_and_overrides_never_touch_canonical_outputs(fake, tmp_path, capsys):
+    results = tmp_path / "results"
+    args = ["_fake_squares", "--results-dir", str(results), "--no-progress"]
+    quiet = dict(out=lambda *a: None)
+    assert cli.main(args, **quiet) == 0
+    before = _snapshot(results)
+    assert "_fake_squares/table.csv" in before and "README.md" in before
+    assert cli.main(args + ["--quick"], **quiet) == 0
+    assert cli.main(args + ["--set", "n=2"], **quiet) == 0
+    assert cli.main(args + ["--collect", "--quick"], **quiet) == 0
+    assert cli.main(args + ["--quick", "--set", "mult=2.0", "--dtype", "float32"], **quiet) == 0
+    assert _snapshot(results) == before
+    assert (results / "quick" / "_fake_squares" / "table.csv").is_file()
+    assert (results / "quick" / "README.md").is_file()
+    assert (results / "custom" / "full__n=2" / "_fake_squares" / "table.csv").is_file()
+    assert (results / "custom" / "quick__mult=2,dtype=float32" / "_fake_squares" / "table.csv").is_file() or \
+        (results / "custom" / "quick__mult=2__dtype=float32" / "_fake_squares" / "table.csv").is_file()
+    t = pd.read_csv(results / "custom" / "full__n=2" / "_fake_squares" / "table.csv")
+    assert set(t["n"]) == {2}
+
+
+def test_canonical_readme_covers_quick_only_experiments(fake, tmp_path):
+    results = tmp_path / "results"
+    quiet = dict(out=lambda *a: None)
+    assert cli.main(["_fake_squares", "--quick", "--results-dir", str(results), "--no-progress"], **quiet) == 0
+    assert cli.main(["_fake_slow", "--results-dir", str(results), "--no-progress"], **quiet) == 0
+    readme = (results / "README.md").read_text()
+    assert "`_fake_squares`" in readme and "`_fake_slow`" in readme and "quick/_fake_squares/table.csv" in readme
+    assert not (results / "_fake_squares").exists()
+
+
+def test_collect_on_empty_cache_says_what_to_run(fake, tmp_path, capsys):
+    rc = cli.main(["_fake_squares", "--collect", "--quick", "--results-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "nothing is cached" in err and "run_all.py _fake_squares --scale quick" in err
+    assert not (tmp_path / "r" / "quick").exists()
+
+
+def test_set_values_are_type_checked_at_planning(fake, tmp_path, capsys):
+    rc = cli.main(["_fake_squares", "--dry-run", "--set", "n=abc", "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'n'" in err and "int" in err and "abc" in err
+    lines = []
+    assert cli.main(["_fake_squares", "--dry-run", "--set", "mult=3", "--results-dir", str(tmp_path)],
+                    out=lines.append) == 0  # an int where floats are declared is the same float cell
+    assert any("mult=3" in l for l in lines)
+
+
+def test_unsupported_dtype_refused_before_computing(fake, tmp_path, capsys):
+    exp = registry.get_experiment("_fake_squares")
+    exp.dtypes = ("float64",)
+    exp.dtype_note = "certificates need float64"
+    try:
+        rc = cli.main(["_fake_squares", "--dtype", "float32", "--results-dir", str(tmp_path)])
+    finally:
+        del exp.dtypes, exp.dtype_note
+    err = capsys.readouterr().err
+    assert rc == 2 and "float32" in err and "certificates need float64" in err
+    assert not (tmp_path / "cache").exists()
+
+
+# ------------------------------------------------------------------------------ dtype is obeyed
+def _float_columns(exp, table: pd.DataFrame):
+    params = set()
+    for scale in ("full", "quick", "test"):
+        g = exp.grid_for(scale)
+        for sub in (g if isinstance(g, list) else [g]):
+            params |= set(sub)
+    skip = HARNESS_COLS | params | set(getattr(exp, "float32_exempt", ()))
+    return [c for c in table.columns if c not in skip and pd.api.types.is_float_dtype(table[c])]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dtype_is_obeyed_or_refused(name, tmp_path, experiment_cache):
+    exp = registry.get_experiment(name)
+    cfg = {d: runner.RunConfig(scale="test", dtype=d, results_dir=tmp_path / d, cache_dir=experiment_cache,
+                               progress=False) for d in ("float64", "float32")}
+    if "float32" not in exp.dtypes:
+        with pytest.raises(UnsupportedContext, match="float32"):
+            runner.check_overrides([name], cfg["float32"])
+        return
+    tables = {}
+    for d, c in cfg.items():
+        (res,) = runner.run([name], c, echo=lambda *a: None)
+        if res.missing_data and not res.computed and not res.cached:
+            pytest.skip(f"{name}: missing data: {res.errors[0]['error']}")
+        assert res.failed == 0, runner.format_errors([res])
+        tables[d] = pd.read_csv(c.output_root / name / "table.csv")
+    t64, t32 = tables["float64"], tables["float32"]
+    assert set(t32["dtype"]) == {"float32"} and set(t64["dtype"]) == {"float64"}
+    assert len(t32) == len(t64), f"{name}: row count depends on dtype"
+    cols = _float_columns(exp, t64)
+    assert cols, f"{name}: no float column left to compare (float32_exempt too wide?)"
+    differ = [c for c in cols if not t32[c].equals(t64[c])]
+    assert differ, f"{name}: float32 and float64 tables are bit-identical: --dtype is ignored"
+    bad = []
+    for c in cols:
+        a, b = t32[c].to_numpy(float), t64[c].to_numpy(float)
+        if not np.array_equal(np.isnan(a), np.isnan(b)):
+            bad.append(f"{c} (NaN pattern)")
+            continue
+        atol = 1e-6 * max(1.0, float(np.nanmax(np.abs(b), initial=0.0)))
+        if not np.allclose(a, b, rtol=1e-3, atol=atol, equal_nan=True):
+            i = int(np.nanargmax(np.abs(a - b) - 1e-3 * np.abs(b)))
+            bad.append(f"{c} (row {i}: float32 {a[i]:.6g} vs float64 {b[i]:.6g})")
+    assert not bad, f"{name}: float32 disagrees beyond float32 accuracy in {bad}"
+
+
+# ------------------------------------------------------------------------------ code hash: compute vs present
+def _edit_method(source: str, cls_name: str, method: str) -> str:
+    """The module source with a statement inserted at the start of cls.method's body (a compute edit)."""
+    tree = ast.parse(source)
+    cls = next(s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == cls_name)
+    fn = next(s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == method)
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant):
+        first = fn.body[1] if len(fn.body) > 1 else first
+    lines = source.splitlines()
+    indent = re.match(r"\s*", lines[first.lineno - 1]).group(0)
+    lines.insert(first.lineno - 1, f"{indent}_edited = 1  # an edit")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compute_edits_invalidate_presentation_edits_do_not(name):
+    exp = registry.get_experiment(name)
+    cls = type(exp)
+    src = inspect.getsource(inspect.getmodule(cls))
+
+    def h(s):
+        nodes, _ = codehash.compute_part(s, cls.__name__)
+        return codehash.sha256("\n".join(ast.dump(n) for n in nodes))
+
+    base = h(src)
+    owner = next(k for k in cls.__mro__ if "run" in vars(k) or "compute" in vars(k))
+    if owner is cls:
+        assert h(_edit_method(src, cls.__name__, "run" if "run" in vars(cls) else "compute")) != base
+    for m in ("figures", "summary"):
+        if m in vars(cls):
+            assert h(_edit_method(src, cls.__name__, m)) == base, f"{name}: editing {m}() would recompute"
+    assert h(src + "\n# a comment\n") == base
+
+
+def test_editing_compute_recomputes_editing_figures_does_not(fake, tmp_path):
+    cfg = runner.RunConfig(results_dir=tmp_path / "r", progress=False)
+    quiet = dict(echo=lambda *a: None)
+    assert runner.run(["_fake_squares"], cfg, **quiet)[0].computed == 6
+    write_fake(fake, replace=[('ax.plot(table["n"], table["value"], "o")', 'ax.plot(table["n"], table["value"], "s")'),
+                              ('return f"max value', 'return f"largest value')])
+    registry.load_module_file(fake)
+    r = runner.run(["_fake_squares"], cfg, **quiet)[0]
+    assert (r.computed, r.cached) == (0, 6)
+    write_fake(fake, replace=[('"value": cell["n"] ** 2 * cell["mult"]', '"value": cell["n"] ** 2 * cell["mult"] + 0')])
+    registry.load_module_file(fake)
+    assert runner.run(["_fake_squares"], cfg, **quiet)[0].computed == 6
+
+
+# ------------------------------------------------------------------------------ layers and file size
+LAYERS = [  # (prefix, level): a module may import only from its own level or below
+    ("harness.errors", 0), ("harness.config", 0), ("harness.grid", 0), ("harness.store", 0),
+    ("harness.plotting", 0),  # matplotlib helpers on tables: presentation code at any level may use them
+    ("harness.kernels", 1), ("harness.bounds", 2), ("harness.data", 3), ("harness.models", 3),
+    ("harness.registry", 3.5),  # the declaration API experiments build on (Experiment, Context, @experiment)
+    ("harness.analyze", 4), ("experiments", 4), ("harness.manifest", 5), ("harness.report", 5),
+    ("harness.run", 6), ("harness.runner", 6), ("harness.cli", 7), ("harness.cache", 0), ("harness", 0),
+]
+ALLOWED = {("harness.registry", "experiments"),  # discovery of experiments at start-up
+           ("harness.data", "harness.data")}
+FORBIDDEN = {("harness.data", "harness.models")}  # same level, but data never depends on models
+
+
+def _level(mod: str) -> tuple:
+    for prefix, lvl in LAYERS:
+        if mod == prefix or mod.startswith(prefix + "."):
+            return prefix, lvl
+    return mod, None
+
+
+def _sources():
+    for root in ("harness", "experiments"):
+        for f in sorted((REPO / root).rglob("*.py")):
+            yield f, ".".join(f.relative_to(REPO).with_suffix("").parts).replace(".__init__", "")
+
+
+def test_imports_only_go_down_the_layers():
+    bad = []
+    for f, me in _sources():
+        pkg = me if f.name == "__init__.py" else me.rsplit(".", 1)[0]
+        mods, _ = codehash.imported_modules([ast.parse(f.read_text())], me, f.name == "__init__.py")
+        del pkg
+        src_prefix, src_lvl = _level(me)
+        for m in set(mods):
+            if not (m.startswith("harness") or m.startswith("experiments")):
+                continue
+            dst_prefix, dst_lvl = _level(m)
+            if dst_lvl is None or src_lvl is None or (src_prefix, dst_prefix) in ALLOWED:
+                continue
+            if dst_lvl > src_lvl or (src_prefix, dst_prefix) in FORBIDDEN:
+                bad.append(f"{me} -> {m}")
+    assert not bad, "imports that run up the layers:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_no_source_file_over_400_lines():
+    big = [f"{f.relative_to(REPO)}: {n}" for f, _ in _sources()
+           if (n := len(f.read_text().splitlines())) > 400]
+    big += [f"{f.relative_to(REPO)}: {n}" for f in sorted((REPO / "tests").glob("*.py"))
+            if (n := len(f.read_text().splitlines())) > 400]
+    assert not big, big
