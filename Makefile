@@ -18,8 +18,23 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q --no-deps torchattacks==3.5.1
 	touch $@
 
-.PHONY: install run quick test bench
+# Datasets the default run needs that are not in ../shared: Fashion-MNIST from Debian's dataset-fashion-mnist,
+# downloaded and unpacked into .data/ without root (apt-get download, else the Debian pool URL; dpkg-deb -x).
+FMNIST_DEB := dataset-fashion-mnist_0.0~git20200523.55506a9-1_all.deb
+FMNIST_DIR := .data/fashion-mnist/usr/share/datasets/fashion-mnist
+$(FMNIST_DIR)/train-images-idx3-ubyte.gz:
+	mkdir -p .data/deb
+	cd .data/deb && (apt-get download dataset-fashion-mnist 2>/dev/null || \
+	  curl -fsSLO "http://deb.debian.org/debian/pool/main/d/dataset-fashion-mnist/$(FMNIST_DEB)")
+	dpkg-deb -x .data/deb/dataset-fashion-mnist_*_all.deb .data/fashion-mnist
+	rm -rf .data/deb
+	test -f $@
+
+.PHONY: install run quick test bench data
+data: $(FMNIST_DIR)/train-images-idx3-ubyte.gz
+
 install: $(VENV)/.installed
+	@$(MAKE) --no-print-directory data || echo "WARNING: could not fetch Fashion-MNIST (make data); the ViT experiments will fail with MISSING DATA until it is there" >&2
 
 run: install
 	$(VPY) run_all.py $(ARGS)

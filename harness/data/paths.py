@@ -16,6 +16,9 @@ NLTK_ENV = "NLTK_DATA"
 FASHION_ENV = "ATTNLIP_FASHION_MNIST"
 CIFAR_ENV = "ATTNLIP_CIFAR10"
 DEFAULT_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+# `make data` (part of `make install`) unpacks Debian's dataset-fashion-mnist here, without root
+LOCAL_FASHION_MNIST = REPO_ROOT / ".data" / "fashion-mnist" / "usr" / "share" / "datasets" / "fashion-mnist"
+FIX_FASHION = "make data   (downloads Debian's dataset-fashion-mnist and unpacks it into .data/, no root needed)"
 
 
 def data_root() -> Path:
@@ -65,12 +68,16 @@ def nltk_data_dir() -> Path:
 
 
 def fashion_mnist_dir(root: Optional[str | os.PathLike] = None) -> Path:
-    """Folder with the four Fashion-MNIST idx .gz files: root, else $ATTNLIP_FASHION_MNIST, else the Debian path."""
+    """Folder with the four Fashion-MNIST idx .gz files: root, else $ATTNLIP_FASHION_MNIST, else the copy
+    `make data` unpacked into <repo>/.data, else the Debian path."""
     env = os.environ.get(FASHION_ENV)
-    p = Path(root) if root is not None else (Path(env) if env else DEFAULT_FASHION_MNIST)
+    if root is not None or env:
+        p = Path(root) if root is not None else Path(env)
+    else:
+        p = LOCAL_FASHION_MNIST if LOCAL_FASHION_MNIST.is_dir() else DEFAULT_FASHION_MNIST
     if not p.is_dir():
-        raise DataNotFound(f"Fashion-MNIST folder {p} not found: pass root=... or set {FASHION_ENV} "
-                                f"(Debian package dataset-fashion-mnist installs it at {DEFAULT_FASHION_MNIST})")
+        raise DataNotFound(f"Fashion-MNIST folder {p} not found (also looked in {LOCAL_FASHION_MNIST}): run "
+                           f"`make data`, pass root=... or set {FASHION_ENV}", fix=FIX_FASHION)
     return p
 
 
