@@ -33,7 +33,7 @@ def make_spec(exp: Experiment, task, cfg, progress: bool) -> Dict[str, Any]:
         "experiment": exp.name, "module": mod.__name__, "module_file": getattr(mod, "__file__", None),
         "cell": task.cell, "key": task.key, "label": task.label, "seed": cfg.seed, "dtype": cfg.dtype,
         "scale": cfg.scale, "device": cfg.device, "cache_dir": str(cfg.cache_dir), "progress": progress,
-        "threads": cfg.threads, "model_source": task.model_source,
+        "threads": cfg.threads, "model_source": task.model_source, "force": bool(cfg.force),
     }
 
 
@@ -124,6 +124,10 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
     if claim is None:
         status.update(status="claimed", error="being computed by another runner", wall_s=0.0)
         return status
+    if not spec.get("force") and _done_meanwhile(spec):  # another runner finished it since this one planned
+        claim.release()
+        status.update(status="elsewhere", wall_s=0.0)
+        return status
     try:
         exp = _resolve(spec)
         exp.check_context(spec["dtype"], spec["device"])
@@ -163,6 +167,16 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 _RSS = RSSSampler
+
+
+def _done_meanwhile(spec: Dict[str, Any]) -> bool:
+    from ..store.cells import CorruptCell
+
+    try:
+        CellCache(spec["cache_dir"]).load(spec["experiment"], spec["key"])
+        return True
+    except (FileNotFoundError, CorruptCell):
+        return False
 
 
 def run_cells(specs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
