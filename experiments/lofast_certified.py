@@ -1,48 +1,59 @@
 """LoFAST Fig. 2: certified l2 robustness of a certifiable ViT (LayerProject + 1-Lipschitz layers) by Prop. 1.
 
-Each cell trains (or loads) one LipViT configuration on Fashion-MNIST, certifies the first test points by
-propagating eps layer by layer with Theorem 1 (naive eq. 9 / coarse xi / fine exact ||M|| / sharpened
-softmax 1/2 side by side), computes per-point certified radii by bisection, and attacks the same points with
-l2 PGD at the same radii (empirical robust accuracy, an upper bound on certified accuracy).
+Each cell trains (or loads) one LipViT configuration (layers, heads, vo_norm = the ||W^V||, ||W^O|| bound) on
+Fashion-MNIST, certifies the first `points` test points by propagating eps layer by layer with Theorem 1 (naive
+eq. 9 / coarse xi / fine exact ||M|| / sharpened softmax 1/2 side by side), computes per-point certified radii
+by bisection, and attacks the same points with l2 PGD at the same radii (empirical robust accuracy, an upper
+bound on certified accuracy). Certificates are float64 whatever the run's dtype (column certificate_dtype);
+the model is trained in float32 (see harness.models.lofast_train) and evaluated and attacked in the run's dtype.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import List
 
-from experiments import _lofast_common as C
+from experiments import _lofast_grids as G
+from harness.models import lofast_eval, lofast_train
 from harness.registry import Experiment, experiment
+from harness.store.artifacts import cached_artifact
 
+EPS_REF = 0.1  # the summary's reference radius
 EPS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0]
-EPS_REF = 0.1
-POINTS = {"full": 300, "quick": 48, "test": 12}
-PGD = {"full": dict(steps=15, restarts=2), "quick": dict(steps=15, restarts=1), "test": dict(steps=8, restarts=1)}
 
 
 @experiment
 class LofastCertified(Experiment):
     name = "lofast_certified"
     figures_ref = ["LoFAST (Havens et al.) Fig. 2"]
-    VERSION = "1"
     description = "Certified accuracy vs eps of Lipschitz-constrained ViTs (Prop. 1, Theorem 1 propagated)"
-    grid = {"config": ["L1-h8-c0.5", "L2-h4-c0.5", "L2-h8-c0.25", "L2-h8-c0.5", "L2-h8-c0.75"]}
-    quick = {"config": ["L2-h8-c0.5"]}
-    test = {"config": ["L2-h8-c0.5"]}
+    grid = {"layers": [1, 2, 2, 2, 2], "heads": [8, 4, 8, 8, 8], "vo_norm": [0.5, 0.5, 0.25, 0.5, 0.75],
+            **G.VIT_FULL, "points": [300], "pgd_steps": [15], "pgd_restarts": [2], "eps": [EPS]}
+    paired = [("layers", "heads", "vo_norm")]
+    quick = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_QUICK, "points": [48], "pgd_restarts": [1]}
+    test = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_TEST, "points": [12], "pgd_steps": [8],
+            "pgd_restarts": [1]}
+    float32_exempt = ("pgd_acc", "train_seconds")  # PGD and wall-clock time are chaotic under a dtype change
 
     def run(self, cell, ctx) -> List[dict]:
-        C.threads()
-        cfg = C.vit_cfg(ctx.scale, seed=ctx.seed, **C.parse_config(cell["config"]))
-        model, info = C.train_model(cfg, ctx)
-        u, y = C.test_split(cfg, model, POINTS[ctx.scale])
-        return C.certify_rows(model, cfg, info, u, y, EPS, PGD[ctx.scale], ctx.seed, cell["config"])
+        cfg = lofast_train.cfg_from_cell("vit", cell, seed=ctx.seed, device=ctx.device)
+        model, info = lofast_train.trained_model(cfg, store=cached_artifact, root=ctx.artifacts,
+                                                 dtype=ctx.torch_dtype, device=ctx.torch_device, pbar=ctx.pbar)
+        u, y = lofast_train.test_inputs(cfg, model, int(cell["points"]))
+        common = dict(test_acc_full=info["test_acc"], train_seconds=info["train_seconds"])
+        return lofast_eval.certify_rows(model, u, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]),
+                                        ctx.seed, common)
 
     def figures(self, table, outdir: Path):
-        return C.plot_certified(table, outdir, "lofast_certified", "l2 radius eps (pixels in [0, 1])",
+        from experiments import _lofast_plots as P
+
+        return P.plot_certified(table, outdir, "lofast_certified", "l2 radius eps (pixels in [0, 1])",
                                 "CIFAR-10 ViT", "Fashion-MNIST LipViT")
 
     def summary(self, table) -> str:
+        from experiments import _lofast_plots as P
+
         return "\n".join([
-            C.certified_summary(table, EPS_REF), "",
+            P.certified_summary(table, EPS_REF), "",
             "Paper (CIFAR-10 ViT, SLL layers): non-zero certified accuracy up to eps ~ 36/255 = 0.14, with a clean vs "
             "certified trade-off over layers, heads and the ||W^V||, ||W^O|| fraction. Here: Fashion-MNIST (28x28, 7x7 "
             "patches, d = 64), a few epochs on a shared 2-core CPU, the first test points only (clean accuracy in "

@@ -86,7 +86,11 @@ def test_alice_via_nltk():
 
 def test_load_sst2_ids():
     needs_shared("sst2", "dev.tsv")
-    ids, y, mask = text.load_sst2("dev", max_len=16, return_mask=True)
+    from harness.models.hf import bert_tokenizer
+
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        text.load_sst2("dev", max_len=16)
+    ids, y, mask = text.load_sst2("dev", max_len=16, tokenizer=bert_tokenizer(), return_mask=True)
     assert ids.shape == (872, 16) and ids.dtype == torch.long and y.shape == (872,)
     assert (ids[:, 0] == 101).all() and (mask.sum(1) >= 3).all()
 
@@ -154,3 +158,30 @@ def test_cifar10_pickle_format(tmp_path):
     assert len(X) == 20
     raw = pickle.load(open(d / "data_batch_1", "rb"))[b"data"][0]
     assert torch.allclose(X[0, 0, 0, :3], torch.tensor(raw[:3] / 255.0, dtype=torch.float32))
+
+
+class _Boom:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo planted > /dev/null",))
+
+
+def test_cifar10_planted_pickle_is_refused(tmp_path):
+    """A CIFAR batch whose pickle names any callable beyond numpy's array reconstruction is refused, never run."""
+    import pickle
+
+    d = tmp_path / "cifar-10-batches-py"
+    d.mkdir()
+    with open(d / "test_batch", "wb") as f:
+        pickle.dump({b"data": _Boom(), b"labels": [0]}, f)
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load"):
+        load_images("cifar10", root=tmp_path, split="test")
+
+
+def test_synthetic_labeled_ids():
+    ids, y, vocab = text.synthetic_labeled_ids("train", 8, limit=10)
+    assert ids.shape == (10, 8) and y.shape == (10,) and vocab == 200
+    assert torch.equal(ids[:, 1], 1 + y) and ids.max() < vocab
+    assert torch.equal(text.synthetic_labeled_ids("train", 8, limit=10)[0], ids)
+    assert not torch.equal(text.synthetic_labeled_ids("test", 8, limit=10)[0], ids)

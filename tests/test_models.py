@@ -178,26 +178,67 @@ def _synthetic_data():
     return (tr[0], tr[1]), (te[0], te[1])
 
 
+class DictStore:
+    """A cached_artifact-like store in memory (train.py imports no store; callers pass one in)."""
+
+    def __init__(self):
+        self.blobs, self.calls = {}, []
+
+    def __call__(self, kind, cfg, build, root=None, code=()):
+        import json
+
+        self.calls.append((kind, [m.__name__ for m in code]))
+        key = (kind, json.dumps(cfg, sort_keys=True, default=str))
+        if key not in self.blobs:
+            self.blobs[key] = build()
+        return self.blobs[key]
+
+
 def test_training_decreases_loss_and_cache_hits(tmp_path):
     ctx = Context(cache_dir=tmp_path, progress=False)
     cfg = {"dataset": "synthetic", "model": {"d": 16, "depth": 1, "heads": 2}, "epochs": 3, "batch_size": 32,
            "lr": 3e-3, "seed": 1}
     data = _synthetic_data()
-    m1 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)
+    store = DictStore()
+    m1 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
     mt = m1.train_metrics
     curve = mt["loss_curve"]
     assert not m1.cached and mt["steps"] == 24 and mt["step_time_mean_s"] > 0
     assert sum(curve[-4:]) / 4 < sum(curve[:4]) / 4 - 0.1, curve
     assert mt["test_acc"] > 0.5
-    m2 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)
+    assert store.calls[0] == ("classifier", ["harness.models.train", "harness.models.vit", "harness.models.regularizers"])
+    m2 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
     assert m2.cached and m2.train_metrics == mt
     for a, b in zip(m1.state_dict().values(), m2.state_dict().values()):
         assert torch.equal(a, b)
-    m3 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-2), data=data)  # other regularizer: new key
+    m3 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-2), data=data, store=store)  # other regularizer: new key
     assert not m3.cached
-    m4 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, force=True)  # deterministic
+    m4 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, force=True, store=store)  # deterministic
     assert not m4.cached
     for a, b in zip(m1.state_dict().values(), m4.state_dict().values()):
         assert torch.equal(a, b)
+    m5 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)  # no store: trains, same weights
+    assert not m5.cached and all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m5.state_dict().values()))
     with pytest.raises(ValueError, match="unknown training cfg"):
         train_classifier({"epoch": 1}, ctx, data=data)
+
+
+def test_fit_cosine_schedule_logit_scale_and_inputs():
+    """fit's LoFAST options: cosine decay, tau-scaled logits, an inputs() hook; accuracy() uses the same hook."""
+    from harness.models.train import accuracy, fit
+
+    (Xtr, ytr), _ = _synthetic_data()
+    torch.manual_seed(0)
+    model = vit_for((1, 8, 8), 3, d=16, depth=1, heads=2)
+    seen = []
+
+    def inputs(m, xb):
+        seen.append(xb.dtype)
+        return xb
+
+    m = fit(model, Xtr, ytr, epochs=1, batch_size=64, lr=1e-2, seed=0, schedule="cosine", logit_scale=2.0,
+            inputs=inputs)
+    assert m["steps"] == 4 and seen == [torch.float32] * 4
+    assert 0.0 <= accuracy(model, Xtr, ytr, inputs=inputs) <= 1.0
+    with pytest.raises(ValueError, match="schedule"):
+        fit(model, Xtr, ytr, epochs=1, batch_size=64, lr=1e-2, seed=0, schedule="step")

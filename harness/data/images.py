@@ -1,5 +1,6 @@
-"""Offline image datasets as float tensors in [0, 1]: Fashion-MNIST (idx .gz), sklearn digits, CIFAR-10 (pickle),
-and a synthetic learnable set for tests. Decoded arrays are cached in memory only."""
+"""Offline image datasets as float tensors in [0, 1]: Fashion-MNIST (idx .gz), sklearn digits, CIFAR-10 (pickle,
+read by a restricted unpickler that admits only numpy arrays and plain data), and the one synthetic learnable
+set for tests and test-scale runs. Decoded arrays are cached in memory only."""
 from __future__ import annotations
 
 import functools
@@ -63,6 +64,25 @@ def _digits(split: str) -> Tuple[np.ndarray, np.ndarray, str]:
     return X, b.target[idx].astype(np.int64), "sklearn.datasets.load_digits (seeded 80/20 split)"
 
 
+class _SafeUnpickler(pickle.Unpickler):
+    """Admits dicts/lists/bytes/str/int/float and numpy arrays only: a planted pickle cannot run code."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR-10 batch (only arrays and "
+                                     "plain data are allowed)")
+
+
+def safe_pickle_load(fh):
+    """pickle.load restricted to numpy arrays and plain data (bytes keys decoded as in encoding='bytes')."""
+    return _SafeUnpickler(fh, encoding="bytes").load()
+
+
 @functools.lru_cache(maxsize=None)
 def _cifar10(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
     d = paths.cifar10_dir(root)
@@ -73,7 +93,7 @@ def _cifar10(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, s
         if not f.is_file():
             raise paths.DataNotFound(f"missing CIFAR-10 batch {f} (python pickle format, cifar-10-batches-py)")
         with open(f, "rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")
+            batch = safe_pickle_load(fh)
         xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         ys.append(np.asarray(batch[b"labels"], dtype=np.int64))
     return np.concatenate(xs), np.concatenate(ys), str(d)

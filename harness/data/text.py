@@ -193,14 +193,13 @@ def load_sst2(split: str = "train", max_len: int = 32, tokenizer=None, limit: Op
               return_mask: bool = False):
     """SST-2 for classification: ids LongTensor (N, max_len) ([CLS] ... [SEP] padded/truncated), labels (N,).
 
-    tokenizer defaults to MiniLM's (BERT uncased WordPiece). With return_mask, also the (N, max_len) mask.
+    tokenizer: a Hugging Face tokenizer, passed in (e.g. harness.models.hf.bert_tokenizer(), BERT uncased
+    WordPiece); this layer never loads one. With return_mask, also the (N, max_len) mask.
     """
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2, got {max_len}")
     if tokenizer is None:
-        from harness.models.hf import bert_tokenizer
-
-        tokenizer = bert_tokenizer()
+        raise ValueError("load_sst2 needs a tokenizer (e.g. harness.models.hf.bert_tokenizer())")
     texts, labels = _sst2(split)
     if limit is not None:
         texts, labels = texts[:limit], labels[:limit]
@@ -213,3 +212,18 @@ def load_sst2(split: str = "train", max_len: int = 32, tokenizer=None, limit: Op
         mask[i, : len(row)] = 1
     y = torch.tensor(labels, dtype=torch.long)
     return (ids, y, mask) if return_mask else (ids, y)
+
+
+def synthetic_labeled_ids(split: str, n: int, limit: Optional[int] = None, vocab: int = 200):
+    """A learnable stand-in for SST-2 in tests: random ids in [5, vocab) with the label written as token 1 + y at
+    position 1. Returns ids (N, n), labels (N,) in {0, 1}, vocab; N = limit or 256; seeded by split."""
+    if split not in ("train", "test", "dev"):
+        raise ValueError(f"split must be 'train', 'dev' or 'test', got {split!r}")
+    if n < 2:
+        raise ValueError(f"n must be >= 2, got {n}")
+    g = torch.Generator().manual_seed(0 if split == "train" else 1)
+    N = limit or 256
+    ids = torch.randint(5, vocab, (N, n), generator=g)
+    y = torch.randint(0, 2, (N,), generator=g)
+    ids[:, 1] = 1 + y  # the label token
+    return ids, y, vocab

@@ -1,38 +1,150 @@
-"""Deterministic classifier training (Adam, cross-entropy + optional regularizer), cached as an artifact keyed by
-the canonical cfg. Used by the LoFAST and JaSMin experiments to train ViTs on real images.
+"""The harness's one training loop (`fit`) and one accuracy function, plus `train_classifier`: a ViT (or any
+model_fn) trained on an image set, optionally cached through a store the caller passes in.
 
-cfg keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"), model (ViT kwargs:
-d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, weight_decay, seed, max_steps (None = all).
-The regularizer's own cfg and a fingerprint of explicitly passed data join the cache key.
+`fit` is Adam + cross-entropy of `logit_scale * logits` (+ an optional regularizer), a seeded batch order,
+a constant or cosine learning-rate schedule. JaSMin's ViTs (train_classifier) and LoFAST's LipViT/LipText
+(harness.models.lofast_train) both train through it. Training runs in the model's dtype on the model's device;
+batches are moved there one at a time.
+
+train_classifier cfg keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
+model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, weight_decay, seed,
+max_steps (None = all), device ("cpu" | "cuda"; training is float32). The regularizer's own cfg and a
+fingerprint of explicitly passed data join the key.
+
+This module imports no store: pass `store` = harness.store.artifacts.cached_artifact (signature
+store(kind, cfg, build, root=..., code=[modules])) and `root` (e.g. ctx.artifacts) to cache the trained
+state_dict and metrics (plain data only); without a store the model is trained on every call.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import math
-import os
-import tempfile
+import sys
 import time
-from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from harness.models.vit import ViT, vit_for
+from harness.models import regularizers as _regularizers
+from harness.models import vit as _vit
 
-TRAIN_VERSION = "train-v1"  # bump when the training loop changes numbers
 KIND = "classifier"
 DEFAULTS = {"dataset": "fashion_mnist", "data_root": None, "train_limit": None, "test_limit": None,
             "arch": "vit", "model": {}, "epochs": 1, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.0,
-            "seed": 0, "max_steps": None}
+            "seed": 0, "max_steps": None, "device": "cpu"}
 
 Data = Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
+Inputs = Optional[Callable[[nn.Module, torch.Tensor], torch.Tensor]]
 
 
+def _param(model: nn.Module) -> torch.Tensor:
+    return next(model.parameters())
+
+
+def _batch(model: nn.Module, xb: torch.Tensor, inputs: Inputs) -> torch.Tensor:
+    """A data batch on the model's device (floats in its dtype), through `inputs` (e.g. token ids -> embeddings)."""
+    p = _param(model)
+    xb = xb.to(device=p.device, dtype=p.dtype) if xb.is_floating_point() else xb.to(p.device)
+    return xb if inputs is None else inputs(model, xb)
+
+
+def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 512, inputs: Inputs = None) -> torch.Tensor:
+    """Predicted labels (N,) on the CPU (eval mode restored afterwards, no grad)."""
+    was = model.training
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(X), batch_size):
+            out.append(model(_batch(model, X[i:i + batch_size], inputs)).argmax(-1).cpu())
+    model.train(was)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+
+
+def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 512, inputs: Inputs = None) -> float:
+    """Clean accuracy in [0, 1] (the harness's one accuracy function)."""
+    if len(X) == 0:
+        return 0.0
+    return float((predict(model, X, batch_size, inputs) == y.cpu()).float().mean())
+
+
+def fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int, lr: float, seed: int,
+        weight_decay: float = 0.0, max_steps: Optional[int] = None, schedule: str = "constant",
+        logit_scale: float = 1.0, inputs: Inputs = None, regularizer=None, pbar=None) -> Dict[str, object]:
+    """Train `model` in place on (X, y); returns metrics (plain floats/ints/lists).
+
+    schedule: "constant" or "cosine" (lr * (1 + cos(pi t / T)) / 2 over the T steps). logit_scale: the
+    temperature tau of LoFAST's loss (cross-entropy of tau * logits). inputs(model, batch): maps a data batch to
+    the model's input. A regularizer with `needs_attn` gets the attention maps of forward(x, return_attn=True).
+    pbar(total=, desc=): a progress-bar factory (e.g. ctx.pbar) or None.
+    """
+    if epochs < 1 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    total = math.ceil(len(X) / batch_size) * epochs
+    if max_steps is not None:
+        total = min(total, max_steps)
+    sched = None
+    if schedule == "cosine":
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / total, 1.0))))
+    needs_attn = regularizer is not None and getattr(regularizer, "needs_attn", False)
+    if hasattr(regularizer, "reset"):
+        regularizer.reset()  # e.g. Specformer's warm-start vectors: every run starts alike
+    dev = _param(model).device
+    losses, reg_vals, step_times, epoch_loss = [], [], [], []
+    bar = pbar(total=total, desc="train") if pbar is not None else None
+    model.train()
+    step = 0
+    for _ in range(epochs):
+        perm = torch.randperm(len(X), generator=g)
+        run = []
+        for i in range(0, len(X), batch_size):
+            if step >= total:
+                break
+            idx = perm[i:i + batch_size]
+            xb, yb = _batch(model, X[idx], inputs), y[idx].to(dev)
+            t0 = time.perf_counter()
+            if needs_attn:
+                logits, probs, _ = model(xb, return_attn=True)
+            else:
+                logits, probs = model(xb), None
+            loss = nn.functional.cross_entropy(logit_scale * logits, yb)
+            reg = regularizer(model, probs) if regularizer is not None else None
+            obj = loss + reg if reg is not None else loss
+            opt.zero_grad(set_to_none=True)
+            obj.backward()
+            opt.step()
+            if sched is not None:
+                sched.step()
+            step_times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+            run.append(loss.item())
+            if reg is not None:
+                reg_vals.append(reg.item())
+            step += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+        if run:
+            epoch_loss.append(sum(run) / len(run))
+    if bar is not None:
+        bar.close()
+    model.eval()
+    st = torch.tensor(step_times[1:] or step_times or [float("nan")], dtype=torch.float64)
+    return {"steps": step, "epochs": epochs, "loss_first": losses[0] if losses else float("nan"),
+            "loss_last": losses[-1] if losses else float("nan"), "epoch_loss": epoch_loss,
+            "loss_curve": losses[:: max(1, len(losses) // 200)], "reg_last": reg_vals[-1] if reg_vals else None,
+            "step_time_mean_s": st.mean().item(), "step_time_median_s": st.median().item(),
+            "train_time_s": float(sum(step_times)), "n_train": len(X), "threads": torch.get_num_threads()}
+
+
+# ---- train_classifier (image classifiers, e.g. JaSMin's ViTs) ----------------------------------------------------
 def full_cfg(cfg: dict, regularizer=None, data: Optional[Data] = None) -> dict:
-    """cfg with defaults filled in, plus the regularizer cfg, data fingerprint and training-code version."""
+    """cfg with defaults filled in, plus the regularizer cfg and the data fingerprint."""
     unknown = set(cfg) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"unknown training cfg keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
@@ -40,9 +152,9 @@ def full_cfg(cfg: dict, regularizer=None, data: Optional[Data] = None) -> dict:
     c.update(copy.deepcopy(cfg))
     if c["epochs"] < 1 or c["batch_size"] < 1 or c["lr"] <= 0:
         raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {c['epochs']}, {c['batch_size']}, {c['lr']}")
+    c["device"] = str(c["device"]).split(":")[0]  # the kind of device changes numbers, not which one
     c["regularizer"] = None if regularizer is None else regularizer.cfg
     c["data_fingerprint"] = None if data is None else data_fingerprint(data)
-    c["version"] = TRAIN_VERSION
     return c
 
 
@@ -69,144 +181,20 @@ def build_model(c: dict, shape, n_classes: int) -> nn.Module:
     """The architecture named by cfg['arch'] for inputs of `shape` (C, H, W)."""
     if c["arch"] != "vit":
         raise ValueError(f"unknown arch {c['arch']!r}: train_classifier builds 'vit' (pass model_fn for others)")
-    return vit_for(tuple(shape), n_classes, **c["model"])
-
-
-def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
-    """Clean accuracy in [0, 1] (eval mode, no grad)."""
-    was = model.training
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(X), batch_size):
-            correct += (model(X[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum().item()
-    model.train(was)
-    return correct / max(1, len(X))
-
-
-# ---- artifact store (harness.cache when present, else a local atomic torch.save) ------------------------------
-def _root(ctx) -> Path:
-    if ctx is None:
-        try:
-            from harness.cache import default_cache_dir
-
-            return default_cache_dir() / "artifacts"
-        except ImportError:
-            return Path("results/cache/artifacts")
-    return Path(ctx.artifacts) if hasattr(ctx, "artifacts") else Path(ctx)
-
-
-def _local_path(c: dict, root: Path) -> Path:
-    key = hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    return root / KIND / f"{key}.pt"
-
-
-def artifact_file(c: dict, ctx) -> Path:
-    """Where the trained model for the full cfg c is (or would be) stored."""
-    try:
-        from harness.cache import artifact_path
-
-        return artifact_path(KIND, c, _root(ctx))
-    except ImportError:
-        return _local_path(c, _root(ctx))
-
-
-def _load(c: dict, ctx):
-    try:
-        from harness.cache import load_artifact
-
-        return load_artifact(KIND, c, _root(ctx))
-    except ImportError:
-        p = _local_path(c, _root(ctx))
-        return torch.load(p, map_location="cpu", weights_only=False) if p.is_file() else None
-
-
-def _save(c: dict, ctx, blob: dict) -> Path:
-    try:
-        from harness.cache import save_artifact
-
-        return save_artifact(KIND, c, blob, _root(ctx), meta={"metrics": blob["metrics"]})
-    except ImportError:
-        p = _local_path(c, _root(ctx))
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name + ".tmp.")
-        os.close(fd)
-        torch.save(blob, tmp)
-        os.replace(tmp, p)
-        return p
-
-
-# ---- training ----------------------------------------------------------------------------------------------
-def _train(c: dict, model: nn.Module, data: Data, regularizer, ctx) -> dict:
-    (Xtr, ytr), (Xte, yte) = data
-    g = torch.Generator().manual_seed(c["seed"])
-    opt = torch.optim.Adam(model.parameters(), lr=c["lr"], weight_decay=c["weight_decay"])
-    steps_per_epoch = math.ceil(len(Xtr) / c["batch_size"])
-    total = steps_per_epoch * c["epochs"]
-    if c["max_steps"] is not None:
-        total = min(total, c["max_steps"])
-    needs_attn = regularizer is not None and getattr(regularizer, "needs_attn", False)
-    if hasattr(regularizer, "reset"):
-        regularizer.reset()  # e.g. Specformer's warm-start vectors: every run starts alike
-    losses, reg_vals, step_times, epoch_loss = [], [], [], []
-    bar = ctx.pbar(total=total, desc=f"train {c['dataset']}") if ctx is not None and hasattr(ctx, "pbar") else None
-    model.train()
-    step = 0
-    for epoch in range(c["epochs"]):
-        perm = torch.randperm(len(Xtr), generator=g)
-        run = []
-        for i in range(0, len(Xtr), c["batch_size"]):
-            if step >= total:
-                break
-            idx = perm[i:i + c["batch_size"]]
-            xb, yb = Xtr[idx], ytr[idx]
-            t0 = time.perf_counter()
-            if needs_attn:
-                logits, probs, _ = model(xb, return_attn=True)
-            else:
-                logits, probs = model(xb), None
-            loss = nn.functional.cross_entropy(logits, yb)
-            reg = regularizer(model, probs) if regularizer is not None else None
-            obj = loss + reg if reg is not None else loss
-            opt.zero_grad(set_to_none=True)
-            obj.backward()
-            opt.step()
-            step_times.append(time.perf_counter() - t0)
-            losses.append(loss.item())
-            run.append(loss.item())
-            if reg is not None:
-                reg_vals.append(reg.item())
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-        if run:
-            epoch_loss.append(sum(run) / len(run))
-    if bar is not None:
-        bar.close()
-    model.eval()
-    st = torch.tensor(step_times[1:] or step_times or [float("nan")], dtype=torch.float64)
-    return {"steps": step, "epochs": c["epochs"], "loss_first": losses[0] if losses else float("nan"),
-            "loss_last": losses[-1] if losses else float("nan"), "epoch_loss": epoch_loss,
-            "loss_curve": losses[:: max(1, len(losses) // 200)],
-            "reg_last": reg_vals[-1] if reg_vals else None,
-            "step_time_mean_s": st.mean().item(), "step_time_median_s": st.median().item(),
-            "train_time_s": float(sum(step_times)),
-            "train_acc": accuracy(model, Xtr[:5000], ytr[:5000]), "test_acc": accuracy(model, Xte, yte),
-            "n_train": len(Xtr), "n_test": len(Xte), "threads": torch.get_num_threads()}
+    return _vit.vit_for(tuple(shape), n_classes, **c["model"])
 
 
 def train_classifier(cfg: dict, ctx=None, regularizer=None, data: Optional[Data] = None,
                      model_fn: Optional[Callable[[dict, tuple, int], nn.Module]] = None,
-                     force: bool = False, num_threads: Optional[int] = 1) -> nn.Module:
-    """Train (or load from the artifact cache) a classifier; returns the model in eval() mode with
-    `model.train_metrics` (clean test accuracy, losses, per-step time) and `model.train_cfg`, `model.cached`.
+                     force: bool = False, store=None, root=None) -> nn.Module:
+    """Train (or load through `store`) a classifier; returns the model in eval() mode (float32, on cfg's device)
+    with `model.train_metrics` (clean test accuracy, losses, per-step time), `model.train_cfg`, `model.cached`.
 
     data: ((Xtr, ytr), (Xte, yte)) to bypass the loader (fingerprinted into the key). model_fn(cfg, shape,
-    n_classes) builds another architecture (its identity must be in cfg, e.g. cfg['arch']); it must accept
+    n_classes) builds another architecture (its identity must be in cfg, e.g. cfg['arch']; a store keys only
+    this module's import closure, so a model_fn's own code is not hashed); it must accept
     forward(x, return_attn=True) -> (logits, probs, inputs) if the regularizer needs attention maps.
-    num_threads: torch threads while training (restored afterwards); 1 is fastest for these small models on a
-    shared 2-core CPU (measured 8x faster than 2 threads under load); None leaves the setting alone.
+    store: cached_artifact-like callable; root: its folder (default ctx.artifacts). ctx: for its pbar/artifacts.
     """
     c = full_cfg(cfg, regularizer, data)
     if data is None:
@@ -215,31 +203,36 @@ def train_classifier(cfg: dict, ctx=None, regularizer=None, data: Optional[Data]
     else:
         n_classes = int(max(data[0][1].max().item(), data[1][1].max().item())) + 1
     shape = tuple(data[0][0].shape[1:])
-    build = model_fn or build_model
-    prev_threads = torch.get_num_threads()
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
-    try:
-        model, metrics, cached = _get(c, ctx, regularizer, data, shape, n_classes, build, force)
-    finally:
-        torch.set_num_threads(prev_threads)
+    make = model_fn or build_model
+    pbar = getattr(ctx, "pbar", None)
+
+    def new_model() -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(c["seed"])
+            return make(c, shape, n_classes).to(device=c["device"], dtype=torch.float32)
+
+    built = []
+
+    def build() -> dict:
+        model = new_model()
+        (Xtr, ytr), (Xte, yte) = data
+        metrics = fit(model, Xtr, ytr, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"], seed=c["seed"],
+                      weight_decay=c["weight_decay"], max_steps=c["max_steps"], regularizer=regularizer, pbar=pbar)
+        metrics.update(train_acc=accuracy(model, Xtr[:5000], ytr[:5000]), test_acc=accuracy(model, Xte, yte),
+                       n_test=len(Xte))
+        built.append(model)
+        return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "metrics": metrics}
+
+    if store is None or force:
+        blob = build()
+    else:
+        root = root if root is not None else getattr(ctx, "artifacts", None)
+        blob = store(KIND, c, build, root=root, code=[sys.modules[__name__], _vit, _regularizers])
+    if built:
+        model = built[0]
+    else:
+        model = new_model()
+        model.load_state_dict(blob["state_dict"])
     model.eval()
-    model.train_metrics, model.train_cfg, model.cached = metrics, c, cached
+    model.train_metrics, model.train_cfg, model.cached = blob["metrics"], c, not built
     return model
-
-
-def _get(c, ctx, regularizer, data, shape, n_classes, build, force):
-    """(model, metrics, cached): load the artifact for c or train and save it."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(c["seed"])
-        model = build(c, shape, n_classes)
-        blob = None if force else _load(c, ctx)
-        cached = blob is not None
-        if cached:
-            model.load_state_dict(blob["state_dict"])
-            metrics = blob["metrics"]
-        else:
-            metrics = _train(c, model, data, regularizer, ctx)
-            _save(c, ctx, {"state_dict": model.state_dict(), "metrics": metrics, "cfg": c,
-                           "model_config": getattr(model, "config", None)})
-    return model, metrics, cached

@@ -1,0 +1,166 @@
+"""Rows of the LoFAST studies: the bound-study layers (first layer of the certified LipViT, MiniLM layer 0),
+bound vs PGD tables (single head and end to end), Prop. 1 certification tables.
+
+Everything computes in the dtype and on the device of its inputs, except Prop. 1 certificates, which are
+computed in float64 on a float64 copy of the model (soundness: a certified radius must not rest on float32
+rounding); their rows say so (`certificate_dtype`). Clean margins and PGD attacks use the model as given.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from harness.bounds import lofast
+from harness.kernels.attention import AttentionWeights, attention
+from harness.models.certify import BOUNDS, certify, layer_delta, layer_terms, margins, mnorm_ratio, pgd_attack
+from harness.models.lipvit import LipTransformer, block_inputs
+from harness.models.lofast_train import cfg_from_cell, test_inputs, trained_model
+
+Tensor = torch.Tensor
+
+# The ViT whose first attention layer the bound studies use: one of lofast_certified's configurations.
+STUDY_VIT = dict(layers=2, heads=8, vo_norm=0.5)
+SOURCES = ("vit", "minilm")
+BOUND_COLUMNS = tuple(f"bound_{b}" for b in BOUNDS)  # naive, coarse, fine, sharp
+CERTIFICATE_DTYPE = "float64"
+
+
+def unit_rows(X: Tensor) -> Tensor:
+    """Rows projected onto the unit sphere (LayerProject(1) for rows outside the ball, scaled up otherwise)."""
+    return X / X.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
+
+
+def vit_layer(model: LipTransformer, u: Tensor, layer: int = 0) -> Tuple[AttentionWeights, Tensor]:
+    """AttentionWeights of one layer of a LipTransformer and its attention inputs Z (B, n, d) at stem inputs u,
+    detached, in the model's dtype."""
+    with torch.no_grad():
+        _, Zs = block_inputs(model, u)
+        w = model.attention_weights()[layer]
+    return AttentionWeights(*(t.detach() for t in (w.wq, w.wk, w.wv, w.wo))), Zs[layer].detach()
+
+
+def minilm_layer(count: int, n: int, layer: int = 0, seed: int = 0, dtype=torch.float64, device="cpu"):
+    """Bias-free AttentionWeights of a pretrained MiniLM layer and its inputs X (count, n, 384) (SST-2 token
+    windows drawn with `seed`) with rows on the unit sphere, in (dtype, device)."""
+    from harness.models import text
+
+    L = text.layer_inputs("minilm", "sst2", [layer], n, count, chunk_seed=seed, dtype=dtype, device=device)[layer]
+    w = AttentionWeights(*(t.detach() for t in (L.w.wq, L.w.wk, L.w.wv, L.w.wo)))
+    return w, unit_rows(L.X), f"all-MiniLM-L6-v2 layer {layer} (biases dropped)"
+
+
+def study_layer(source: str, count: int, *, cell: Dict, seed: int = 0, store=None, root=None, dtype=torch.float64,
+                device="cpu", pbar=None) -> Tuple[AttentionWeights, Tensor, str]:
+    """(w, X (count, n, d), label) for a bound study, in (dtype, device): 'vit' = the first layer of the trained
+    STUDY_VIT (training budget from the cell's keys, see lofast_train.cfg_from_cell) at its real attention inputs
+    (rows in the unit ball by LayerProject(1)) rescaled onto the unit sphere; 'minilm' = MiniLM layer 0 at 16
+    SST-2 tokens, unit rows. store/root: where the trained ViT is cached (see lofast_train.trained_model)."""
+    if source == "vit":
+        cfg = cfg_from_cell("vit", cell, seed=seed, device=str(device), **STUDY_VIT)
+        model, _ = trained_model(cfg, store=store, root=root, dtype=dtype, device=device, pbar=pbar)
+        u, _ = test_inputs(cfg, model, count)
+        w, Z = vit_layer(model, u)
+        return w, unit_rows(Z), "LipViT L{layers}-h{heads}-c{vo_norm} layer 0".format(**STUDY_VIT)
+    if source == "minilm":
+        return minilm_layer(count, 16, 0, seed, dtype, device)
+    raise ValueError(f"unknown source {source!r}; choose from {SOURCES}")
+
+
+# ---- bound vs PGD tables ----------------------------------------------------------------------------------------
+def _lemma1_direction(X: Tensor, w: AttentionWeights, residual: bool) -> Tensor:
+    """Lemma 1's maximizer (top singular vector of the zeta operator): (S, n, d), unit Frobenius norm."""
+    return lofast.zeta(X, w, residual=residual, return_info=True)[1].zeta.vector
+
+
+def multihead_rows(w: AttentionWeights, X: Tensor, eps_list: Sequence[float], residual: bool, pgd_steps: int,
+                   pgd_restarts: int, seed: int = 0) -> List[dict]:
+    """End-to-end ||F(X') - F(X)||_F per sample and eps, X (S, n, d): one row with eq. 23 under each bound
+    (bound_naive = eq. 9, bound_coarse = zeta + xi, bound_fine = exact ||M||, bound_sharp = softmax 1/2), and
+    lower bounds pgd_plain = lofast.pgd_sensitivity (random restarts) and pgd = the best of that and of
+    X +- eps v with v Lemma 1's maximizer (feasible points, so valid lower bounds)."""
+    with torch.no_grad():
+        t = layer_terms(X, w, fine=True, residual=residual)
+        v = _lemma1_direction(X, w, residual)
+        F0 = attention(X, w, residual=residual)
+    X_spec = torch.linalg.matrix_norm(X, ord=2)  # (S,)
+    rows = []
+    for e in map(float, eps_list):
+        et = torch.full((X.shape[0],), e, dtype=X.dtype, device=X.device)
+        vals = {f"bound_{b}": layer_delta(t, et, b) for b in BOUNDS}
+        if e > 0:
+            plain = lofast.pgd_sensitivity(X, w, e, residual=residual, seed=seed, steps=pgd_steps,
+                                           restarts=pgd_restarts)
+            with torch.no_grad():
+                warm = torch.stack([(attention(X + sg * e * v, w, residual=residual) - F0).flatten(-2).norm(dim=-1)
+                                    for sg in (1.0, -1.0)]).amax(0)
+            vals["pgd_plain"], vals["pgd"] = plain, torch.maximum(plain, warm)
+        else:
+            vals["pgd_plain"], vals["pgd"] = 0 * et, 0 * et
+        for s in range(X.shape[0]):
+            rows.append(dict(quantity="delta", eps=e, sample=s, **{k: float(val[s]) for k, val in vals.items()},
+                             zeta=float(t.zeta[s]), X_fro=float(X[s].norm()), X_spec=float(X_spec[s]),
+                             converged=bool(t.converged[s])))
+    return rows
+
+
+def single_head_rows(w: AttentionWeights, X: Tensor, eps_list: Sequence[float], pgd_steps: int, pgd_restarts: int,
+                     head: int = 0, seed: int = 0) -> List[dict]:
+    """Single-head Delta_21 (bound_fine = exact ||M||, bound_coarse = xi, bound_sharp = softmax 1/2, pgd) and
+    Delta_22 (bound_fine = ours eq. 15, bound_naive = eq. 22, pgd) per sample and eps; X (S, n, d).
+    Columns a quantity has no value for are NaN."""
+    wh = w.head(head)
+    pgd = dict(seed=seed, steps=pgd_steps, restarts=pgd_restarts)
+    zero = torch.zeros(X.shape[0], 1, dtype=X.dtype, device=X.device)
+    rows = []
+    for e in map(float, eps_list):
+        vals = {"delta21": {"bound_fine": lofast.delta21(X, wh, e, fine=True),
+                            "bound_coarse": lofast.delta21(X, wh, e, fine=False),
+                            "bound_sharp": lofast.delta21(X, wh, e, fine=True, softmax_lip=0.5),
+                            "pgd": lofast.pgd_delta21(X, wh, e, **pgd) if e > 0 else zero},
+                "delta22": {"bound_fine": lofast.delta22(X, wh, e), "bound_naive": lofast.naive_delta22(X, wh, e),
+                            "pgd": lofast.pgd_delta22(X, wh, e, **pgd) if e > 0 else lofast.delta22(X, wh, 0.0)}}
+        for q, cols in vals.items():
+            for s in range(X.shape[0]):
+                row = dict(quantity=q, eps=e, sample=s, **{c: float("nan") for c in BOUND_COLUMNS},
+                           pgd=float("nan"), pgd_plain=float("nan"))
+                row.update({c: float(v[s].reshape(-1)[0]) for c, v in cols.items()})
+                rows.append(row)
+    return rows
+
+
+# ---- Prop. 1 certification --------------------------------------------------------------------------------------
+def certificate(model: LipTransformer, u: Tensor, y: Tensor):
+    """Prop. 1 ingredients computed in float64 on a float64 copy of the model, on its device (sound)."""
+    m64 = copy.deepcopy(model).to(dtype=torch.float64).eval()
+    return certify(m64, u.detach().to(torch.float64), y)
+
+
+def certify_rows(model: LipTransformer, u: Tensor, y: Tensor, eps_list: Sequence[float], pgd_steps: int,
+                 pgd_restarts: int, seed: int = 0, common: Optional[Dict] = None) -> List[dict]:
+    """Prop. 1 certified accuracy per bound and eps, PGD robust accuracy at the same eps, per-point radii.
+
+    Certificates (certified_acc, clean_acc, radius, zeta_mean, L_in, L_head, ||M||/xi) are float64
+    (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype."""
+    cert = certificate(model, u, y)
+    with torch.no_grad():
+        margin = margins(model.eval()(u), y)  # (B,) in the model's dtype
+    base = dict(common or {}, n_points=len(y), L_in=cert.L_in, L_head=cert.L_head,
+                zeta_mean=float(torch.stack([t.zeta for t in cert.layers]).mean()),
+                converged=bool(all(bool(t.converged.all()) for t in cert.layers)),
+                certificate_dtype=CERTIFICATE_DTYPE, **mnorm_ratio(cert))
+    correct = cert.correct.to(margin.device)
+    rows = []
+    for e in map(float, eps_list):
+        attack = pgd_attack(model, u, y, e, seed=seed, steps=pgd_steps, restarts=pgd_restarts) if e > 0 else -margin
+        robust = (margin > 0) & (attack < 0)
+        for b in BOUNDS:
+            ok = cert.certified(e, b).to(margin.device)
+            rows.append(dict(base, kind="curve", bound=b, eps=e, clean_acc=float(correct.double().mean()),
+                             certified_acc=float(ok.double().mean()), pgd_acc=float(robust.double().mean()),
+                             violations=int((ok & ~robust).sum())))
+    for b in BOUNDS:
+        for i, r in enumerate(cert.radius(b).tolist()):
+            rows.append(dict(base, kind="radius", bound=b, point=i, radius=r, margin=float(margin[i])))
+    return rows

@@ -1,0 +1,173 @@
+"""LoFAST's certifiable models (LipViT on images, LipText on SST-2): config, data, build, training, cache.
+
+Training goes through the harness's one loop (harness.models.train.fit): Adam, cross-entropy of
+temperature-scaled logits (tau * F(u)), cosine learning-rate decay, always in float32 on the config's device
+(the training recipe; `train_dtype` in the config says so). The caller casts the trained model to the dtype it
+computes in. A trained model is an artifact of `store` (harness.store.artifacts.cached_artifact, passed in:
+this layer imports no store) keyed by the config and this module's code closure; the stored object is plain
+data ({"state_dict": tensors, "info": floats}).
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from harness.models.lipvit import LipText, LipTransformer, LipViT
+from harness.models.train import accuracy, fit
+
+KIND = "lofast_model"
+KINDS = ("vit", "text")
+
+
+def model_cfg(kind: str, *, layers: int, heads: int, vo_norm: float, seed: int, dataset: str, train_size: int,
+              test_size: int, epochs: int, lr: float, patch: int = 7, device: str = "cpu") -> Dict[str, Any]:
+    """The full training config of a LipViT ('vit') or LipText ('text').
+
+    Fixed choices (see docs/notes/lofast-exp.md): d = 64, SLL width 2d, ||W^Q||, ||W^K|| <= 1, batch 128,
+    tau = 30; ViT: 28x28 images, embed_norm = ||W_e|| = 0.25 (patch tokens then mostly lie inside
+    LayerProject(1)'s ball, so L_in = 0.25); text: 32 tokens, embeddings from MiniLM's (PCA to d), embed_scale 0.25.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; choose from {KINDS}")
+    c = dict(kind=kind, d=64, depth=int(layers), heads=int(heads), vo_norm=float(vo_norm), ffn_mult=2, qk_norm=1.0,
+             lr=float(lr), batch=128, tau=30.0, seed=int(seed), dataset=str(dataset), n_train=int(train_size),
+             n_test=int(test_size), epochs=int(epochs), train_dtype="float32", device=str(device).split(":")[0])
+    if kind == "vit":
+        c.update(embed_norm=0.25, patch=int(patch))
+    else:
+        c.update(n=32, embed_scale=0.25, emb_init="minilm-pca")
+    return c
+
+
+TRAIN_KEYS = ("dataset", "train_size", "test_size", "epochs", "lr", "patch")  # the training budget (grid keys)
+
+
+def cfg_from_cell(kind: str, cell: Dict[str, Any], *, seed: int, device: str = "cpu", **arch) -> Dict[str, Any]:
+    """model_cfg from an experiment cell's training-budget keys (TRAIN_KEYS; 'patch' only for 'vit') and the
+    architecture (layers, heads, vo_norm) from `arch` or else from the cell."""
+    keys = TRAIN_KEYS if kind == "vit" else TRAIN_KEYS[:-1]
+    missing = [k for k in keys + ("layers", "heads", "vo_norm") if k not in cell and k not in arch]
+    if missing:
+        raise ValueError(f"cell lacks training keys {missing}")
+    a = {k: arch.get(k, cell.get(k)) for k in ("layers", "heads", "vo_norm")}
+    return model_cfg(kind, seed=seed, device=device, **a, **{k: cell[k] for k in keys})
+
+
+# ---- data ---------------------------------------------------------------------------------------------------
+def load_data(cfg: Dict[str, Any], split: str, limit: Optional[int] = None):
+    """(X, y, vocab) of a split ('train' | 'test'): images (N, 1, 28, 28) float32 in [0, 1] or token ids (N, n).
+
+    'synthetic' is harness.data's synthetic set (images) or synthetic_labeled_ids (text); SST-2's test split
+    is its dev split (the test split has no labels). vocab is None for images."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    limit = limit or (cfg["n_train"] if split == "train" else cfg["n_test"])
+    if cfg["kind"] == "vit":
+        from harness.data.images import load_images
+
+        X, y, _ = load_images(cfg["dataset"], split=split, limit=limit, n_synthetic=limit)
+        return X, y, None
+    from harness.data import text
+
+    if cfg["dataset"] == "synthetic":
+        return text.synthetic_labeled_ids(split, cfg["n"], limit)
+    if cfg["dataset"] != "sst2":
+        raise ValueError(f"text dataset must be 'sst2' or 'synthetic', got {cfg['dataset']!r}")
+    from harness.models.text import bert_tokenizer
+
+    tok = bert_tokenizer()
+    ids, y = text.load_sst2("train" if split == "train" else "dev", max_len=cfg["n"], tokenizer=tok, limit=limit)
+    return ids, y, int(tok.vocab_size)
+
+
+def vocab_size(cfg: Dict[str, Any]) -> Optional[int]:
+    if cfg["kind"] == "vit":
+        return None
+    if cfg["dataset"] == "synthetic":
+        return 200
+    from harness.models.text import bert_tokenizer
+
+    return int(bert_tokenizer().vocab_size)
+
+
+# ---- model --------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=2)
+def minilm_pca_embeddings(d: int) -> torch.Tensor:
+    """MiniLM's (pretrained) word-embedding table projected onto its top-d principal directions: (vocab, d)."""
+    from harness.models import text
+
+    E = text.load("minilm").model.get_input_embeddings().weight.detach().float()  # (vocab, 384)
+    E = E - E.mean(0)
+    _, _, V = torch.pca_lowrank(E, q=d, center=False, niter=4)
+    return E @ V[:, :d]  # (vocab, d)
+
+
+def build(cfg: Dict[str, Any]) -> LipTransformer:
+    """The untrained float32 CPU model of a config, initialized from seed cfg['seed'] (a text model's
+    embeddings start from MiniLM's, PCA'd to d, unless the data is synthetic)."""
+    common = dict(d=cfg["d"], depth=cfg["depth"], heads=cfg["heads"], vo_norm=cfg["vo_norm"],
+                  ffn_mult=cfg["ffn_mult"], qk_norm=cfg["qk_norm"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg["seed"])
+        if cfg["kind"] == "vit":
+            return LipViT(image_size=28, patch=cfg["patch"], channels=1, classes=10, embed_norm=cfg["embed_norm"],
+                          **common)
+        vocab = vocab_size(cfg)
+        m = LipText(vocab=vocab, n=cfg["n"], classes=2, embed_scale=cfg["embed_scale"], **common)
+    if cfg.get("emb_init") == "minilm-pca" and cfg["dataset"] != "synthetic":
+        with torch.no_grad():
+            m.emb.weight.copy_(minilm_pca_embeddings(cfg["d"])[:vocab])
+    return m
+
+
+def stem_inputs(model: LipTransformer, batch: torch.Tensor) -> torch.Tensor:
+    """Stem input u of a data batch: images as they are, token ids -> unit-norm word embeddings."""
+    return model.embed_ids(batch) if isinstance(model, LipText) else batch
+
+
+def train(cfg: Dict[str, Any], pbar=None) -> Dict[str, Any]:
+    """Train the model of `cfg` from scratch: {"state_dict": CPU tensors, "info": plain floats}."""
+    Xtr, ytr, _ = load_data(cfg, "train")
+    Xte, yte, _ = load_data(cfg, "test")
+    model = build(cfg).to(device=cfg["device"], dtype=getattr(torch, cfg["train_dtype"]))
+    t0 = time.time()
+    desc = f"train {cfg['kind']} L{cfg['depth']} h{cfg['heads']} c{cfg['vo_norm']}"
+    m = fit(model, Xtr, ytr, epochs=cfg["epochs"], batch_size=cfg["batch"], lr=cfg["lr"], seed=cfg["seed"],
+            schedule="cosine", logit_scale=cfg["tau"], inputs=stem_inputs,
+            pbar=None if pbar is None else (lambda total, desc_=desc, **_: pbar(total=total, desc=desc_)))
+    info = {"train_seconds": time.time() - t0, "train_acc": accuracy(model, Xtr[:2000], ytr[:2000], inputs=stem_inputs),
+            "test_acc": accuracy(model, Xte, yte, inputs=stem_inputs), "final_loss": float(m["loss_last"]),
+            "steps": int(m["steps"])}
+    return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "info": info}
+
+
+def trained_model(cfg: Dict[str, Any], *, store=None, root=None, dtype=torch.float64, device="cpu",
+                  pbar=None) -> Tuple[LipTransformer, Dict[str, Any]]:
+    """The trained model of `cfg` in eval mode, cast to (dtype, device), and its training info.
+
+    store(kind, cfg, build, root=, code=[modules]): a cached_artifact-like callable; None trains every call."""
+    built = []
+
+    def make() -> Dict[str, Any]:
+        built.append(True)
+        return train(cfg, pbar)
+
+    blob = make() if store is None else store(KIND, cfg, make, root=root, code=[sys.modules[__name__]])
+    model = build(cfg)
+    model.load_state_dict(blob["state_dict"])
+    return model.to(device=device, dtype=dtype).eval(), dict(blob["info"], cached=not built)
+
+
+def test_inputs(cfg: Dict[str, Any], model: LipTransformer, count: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The first `count` test points as stem inputs u (in the model's dtype and device, no grad) and labels."""
+    X, y, _ = load_data(cfg, "test")
+    X, y = X[:count], y[:count]
+    p = next(model.parameters())
+    with torch.no_grad():
+        X = X.to(device=p.device, dtype=p.dtype) if X.is_floating_point() else X.to(p.device)
+        u = stem_inputs(model, X)
+    return u.detach(), y.to(p.device)
