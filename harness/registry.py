@@ -6,17 +6,22 @@ An experiment is a class deriving from `Experiment` and decorated with `@experim
     class CastinSqrtN(Experiment):
         name = "castin_sqrt_n"
         figures_ref = ["Castin et al. 2024, Fig. 1"]
-        VERSION = "1"                       # optional: pins the code hash for cosmetic edits
         grid = {"model": ["minilm"], "n": list(range(2, 101, 2))}   # full scale (product of the lists)
         quick = {"n": [2, 10, 50]}          # overrides of `grid` for --quick
         test = {"n": [2, 4]}                # overrides for the smoke test (seconds)
         paired = []                         # optional: tuples of keys that vary together (zip, not product)
-        def run(self, cell: dict, ctx: "Context") -> list[dict]: ...     # tidy rows for one grid cell
-        def figures(self, table: "pd.DataFrame", outdir: Path) -> list[Path]: ...  # from the table only
-        def summary(self, table) -> str: ...  # markdown: key numbers + what differs from the paper
+        dtypes = ("float64", "float32")     # what run() honours; others are refused before computing
+        def run(self, cell: dict, ctx: "Context") -> list[dict]: ...     # compute: tidy rows for one grid cell
+        def figures(self, table: "pd.DataFrame", outdir: Path) -> list[Path]: ...  # present: from the table only
+        def summary(self, table) -> str: ...  # present: markdown, key numbers + what differs from the paper
 
-`cell` holds the grid parameters (JSON-serializable scalars); `ctx` gives device, dtype, seed, scale, a
-progress-bar factory and an artifact store for things several experiments reuse (trained models).
+Every scale-dependent parameter belongs in grid/quick/test (the cell key covers cell parameters, the compute
+code of run() and what it imports, dtype, device kind, seed, model source and library versions; see
+harness/store/codehash.py). Presentation (figures, summary) is hashed separately: editing it re-renders
+without recomputing. run() computes in ctx.torch_dtype on ctx.torch_device and never sets torch threads.
+
+`cell` holds the grid parameters (JSON values); `ctx` gives device, dtype, seed, scale, threads, a progress-bar
+factory and an artifact folder (harness.store.artifacts) for things several cells reuse (trained models).
 
 Extensions (compatible): `grid` may also be a list of dicts (union of sub-grids, see harness.grid), and
 `quick`/`test` then override the keys of every sub-grid holding them (a list replaces the grid outright).
@@ -95,7 +100,6 @@ class Experiment:
 
     name: str = ""
     figures_ref: List[str] = []
-    VERSION: Optional[str] = None
     grid: Dict[str, List[Any]] = {}
     quick: Dict[str, List[Any]] = {}
     test: Dict[str, List[Any]] = {}
@@ -121,9 +125,10 @@ class Experiment:
         """The parameter grid at a scale: full `grid`, overridden by `quick` or `test` (test falls back to quick).
 
         A dict grid gives a dict; a list-of-dicts grid gives a list (overrides apply to each sub-grid)."""
-        if scale not in ("full", "quick", "test"):
-            raise ValueError(f"unknown scale {scale!r}: use 'full', 'quick' or 'test'")
+        from . import config as _config
         from . import grid as _grid
+
+        _config.check_scale(scale)
 
         g = self.grid
         layers = [self.quick] if scale == "quick" else [self.quick, self.test] if scale == "test" else []
