@@ -9,8 +9,9 @@ with zeta (Lemma 1, eq. 12, exact), m_l = ||M_l(X)|| (Lemma 2, eq. 20, exact; fi
 fine=False), c = softmax_lip (1 in the paper; 1/2 is also valid, JaSMin Cor. 1).
 
 Every function takes X (n, d) or (..., n, d), follows X's device and dtype (the weights are cast to it) and
-returns plain tensors: (...,) per input or (..., h) per head. Exact norms are computed matrix-free by power
-iteration (harness.kernels.power); pass return_info=True to get (value, LofastInfo) with convergence flags.
+returns plain tensors: (...,) per input or (..., h) per head. Exact norms are computed matrix-free by thick-restart
+Lanczos on exact reduced operators (harness.kernels.krylov, harness.kernels.operators); pass return_info=True to get
+(value, LofastInfo) with convergence flags and certified upper estimates (PowerResult.upper, probability >= 1 - DELTA).
 
 Biases (beyond the paper, derived): bo and bv cancel in Delta_1, so zeta is exact for the biased layer (its
 P_l include bq, bk). For Delta_2 the biased scores change by Gamma wq K^T + Q wk^T Gamma^T + Gamma B Gamma^T
@@ -25,11 +26,13 @@ from typing import Optional, Union
 
 import torch
 
-from harness.bounds.lofast_ops import (MOperator, ZetaOperator, check_eps, check_softmax_lip, prepare, prod_norm,
-                                       query_key, spec)
+from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, prepare, prod_norm, query_key, spec,
+                                       stable_probs)
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, probs, project
-from harness.kernels.power import PowerResult, operator_norm
+from harness.kernels.krylov import lanczos
+from harness.kernels.operators import MGram, ZetaGram, reduce_qk
+from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, _check_args, _report, default_tol
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -48,21 +51,57 @@ class LofastInfo:
     m: Optional[PowerResult] = None  # batch (..., h)
 
 
-KRYLOV_BYTES = 128 * 2**20  # memory budget of the Lanczos basis (it holds ~2 * krylov copies of the iterate)
+KRYLOV_BYTES = 128 * 2**20  # memory budget of the Lanczos basis (krylov + 1 copies of the flat batch of iterates)
+DELTA = 1e-9  # failure probability of the certified upper estimates (over the seeded Gaussian start)
 
 
-def _krylov(shape, dtype) -> int:
-    """Restart length keeping the Lanczos basis within KRYLOV_BYTES (between 8 and the kernel's 40)."""
-    per = 2 * math.prod(shape) * torch.finfo(dtype).bits // 8
+def _krylov(numel: int, dtype, krylov: Optional[int]) -> int:
+    """Basis size keeping the Lanczos basis within KRYLOV_BYTES (between 8 and 40), unless given."""
+    if krylov is not None:
+        return int(krylov)
+    per = numel * torch.finfo(dtype).bits // 8
     return int(min(40, max(8, KRYLOV_BYTES // max(per, 1))))
 
 
-def _power(op, shape, event_dims, X, tol, iters, seed, v0, on_nonconvergence, kw) -> PowerResult:
-    """Top singular value of a matrix-free operator (Lanczos by default; tol=None: the dtype's default_tol)."""
-    if kw.get("method", "lanczos") == "lanczos":
-        kw = {"krylov": _krylov(shape, X.dtype), **kw}
-    return operator_norm(op.matvec, op.rmatvec, shape, event_dims, X.dtype, X.device, seed, v0,
-                         iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, **kw)
+def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, kw, det_upper, restart):
+    """Thick-restart Lanczos (harness.kernels.krylov) on a reduced Gram operator; suspicious caller starts are
+    rerun from the seeded Gaussian `restart()`; certified upper = min(KW estimate, deterministic bound)."""
+    method = kw.pop("method", "lanczos")
+    if method != "lanczos":
+        raise ValueError(f"LoFAST's exact norms use Lanczos (method='lanczos'), got method={method!r}")
+    _check_args(iters, tol, on_nonconvergence)
+    tol = default_tol(X.dtype) if tol is None else tol
+    delta = kw.pop("delta", DELTA)
+    opts = dict(iters=iters, tol=tol, krylov=_krylov(x0.numel(), X.dtype, kw.pop("krylov", None)),
+                min_steps=kw.pop("min_steps", 1), check_every=kw.pop("check_every", 2))
+    if kw:
+        raise TypeError(f"unexpected keyword arguments {sorted(kw)}")
+    r = lanczos(op, x0, delta=delta if random_start else None, **opts)
+    value, vec, conv, rel, steps, products = r.value, r.vector, r.converged, r.rel, r.steps, r.products
+    upper = r.upper if random_start else torch.full_like(value, float("inf"))
+    restarted = None
+    if not random_start:
+        restarted = conv & (steps <= SUSPICIOUS_STEPS)
+        if bool(restarted.any()):
+            r2 = lanczos(op, restart(), delta=delta, **opts)
+            better = restarted & (r2.value > value)
+            value = torch.where(better, r2.value, value)
+            vec = torch.where(better[:, None], r2.vector, vec)
+            conv = torch.where(restarted, r2.converged, conv)
+            rel = torch.where(restarted, r2.rel, rel)
+            upper = torch.where(restarted, r2.upper, upper)
+            products += r2.products
+    upper = torch.minimum(upper, det_upper.reshape(-1)) if det_upper is not None else upper
+    _report(conv, rel, products, tol, on_nonconvergence, "Lanczos iteration")
+    sh = tuple(batch_shape)
+    res = PowerResult(value.reshape(sh), conv.reshape(sh), vec, products, rel.reshape(sh), upper.reshape(sh), delta,
+                      None if restarted is None else restarted.reshape(sh), steps.reshape(sh))
+    return res
+
+
+def _gauss(shape, X, seed):
+    g = torch.Generator(device=X.device).manual_seed(seed)
+    return torch.randn(shape, dtype=X.dtype, device=X.device, generator=g)
 
 
 def _out(value: Tensor, info: LofastInfo, return_info: bool):
@@ -76,18 +115,53 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,).
 
     causal=True (ours, beyond the paper) uses the masked P_l; Lemma 1's argument holds for any fixed P_l.
+    Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
+    estimate (probability >= 1 - delta over the seeded start, or the deterministic eq. 9 bound if smaller).
+    kw: krylov, delta (default DELTA), min_steps, check_every.
     """
     w = prepare(X, w)
-    res = _power(ZetaOperator(X, w, residual, causal), X.shape, 2, X, tol, iters, seed, v0, on_nonconvergence, kw)
+    batch = X.shape[:-2]
+    n, d = X.shape[-2:]
+    P = stable_probs(X, w, causal).reshape(-1, w.h, n, n)  # (B, h, n, n)
+    op = ZetaGram(P, w.wv, w.wo, residual)
+    B = P.shape[0]
+    restart = lambda: _gauss((B, n * d), X, seed + 1)
+    x0 = _gauss((B, n * d), X, seed) if v0 is None else v0.reshape(B, n * d).to(X.dtype)
+    det = (1.0 if residual else 0.0) + (spec(P) * w.VO_norm()).sum(-1)  # eq. 9 >= zeta
+    res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, dict(kw), det, restart)
+    res.vector = res.vector.reshape(*batch, n, d)
     return _out(res.value, LofastInfo(res.converged, zeta=res), return_info)
 
 
 def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
             v0: Optional[Tensor] = None, return_info: bool = False, on_nonconvergence: str = "warn", **kw):
-    """Lemma 2 (eq. 20): exact ||M_l(X)|| of G -> G B_l X^T + X B_l G^T (B_l unscaled), all heads: (..., h)."""
+    """Lemma 2 (eq. 20): exact ||M_l(X)|| of G -> G B_l X^T + X B_l G^T (B_l unscaled), all heads: (..., h).
+
+    Computed on the exact reduced operator Z -> Z K'^T + Q' Z^T (harness.kernels.operators.MGram, Z = G U,
+    n x r with r = min(d, 2 dh)) by thick-restart Lanczos with per-head deflation. info.m.vector: the right
+    singular vector G = Z U^T (..., h, n, d); info.m.upper: certified upper estimate (min of the KW estimate
+    and xi_l). v0 (..., h, n, d) is projected onto the reduced space. kw: side ("auto"), krylov, delta, ...
+    """
     w = prepare(X, w)
-    shape = (*X.shape[:-2], w.h, *X.shape[-2:])  # (..., h, n, d)
-    res = _power(MOperator(X, w), shape, 2, X, tol, iters, seed, v0, on_nonconvergence, kw)
+    batch = (*X.shape[:-2], w.h)
+    n = X.shape[-2]
+    Q, K = query_key(X, w)  # (..., h, n, dh)
+    U, Rq, Rk = reduce_qk(w.wq, w.wk)  # (h, d, r), (h, r, dh)
+    Kp = (K @ Rq.transpose(-1, -2)).reshape(-1, n, U.shape[-1])  # (B, n, r)
+    Qp = (Q @ Rk.transpose(-1, -2)).reshape(-1, n, U.shape[-1])
+    kw = dict(kw)
+    op = MGram(Kp, Qp, kw.pop("side", "auto"))
+    B = Kp.shape[0]
+    restart = lambda: _gauss((B, op.dim), X, seed + 1)
+    if v0 is None:
+        x0 = _gauss((B, op.dim), X, seed)
+    else:
+        Z = (v0.to(X.dtype) @ U).reshape(B, n, -1)  # (B, n, r)
+        x0 = (Z if op.side == "domain" else Z @ Kp.transpose(-1, -2) + Qp @ Z.transpose(-1, -2)).reshape(B, -1)
+    det = op.spectral_upper()  # xi_l >= ||M_l|| (triangle inequality)
+    res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, kw, det, restart)
+    Z = op.right_vector(res.vector).reshape(*batch, n, -1)  # (..., h, n, r)
+    res.vector = Z @ U.transpose(-1, -2)  # (..., h, n, d), unit: U has orthonormal columns
     return _out(res.value, LofastInfo(res.converged.all(-1), m=res), return_info)
 
 
@@ -110,7 +184,7 @@ def naive_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True
     w = prepare(X, w)
     e = check_eps(eps, X)
     vo = w.VO_norm()  # (h,) ||VO_l||
-    s = (vo * spec(probs(X, w, causal))).sum(-1)  # (...,)
+    s = (vo * spec(stable_probs(X, w, causal))).sum(-1)  # (...,)
     return ((1.0 if residual else 0.0) + s) * e
 
 

@@ -16,7 +16,7 @@ from typing import Union
 
 import torch
 
-from harness.kernels.attention import AttentionWeights, check_input, probs, project
+from harness.kernels.attention import AttentionWeights, causal_mask, check_input, probs, project
 from harness.kernels.linalg import prod_norm, spec  # noqa: F401 (re-exported for harness.bounds.lofast)
 
 Tensor = torch.Tensor
@@ -58,6 +58,24 @@ def check_softmax_lip(c: float) -> float:
         raise ValueError(f"softmax_lip = {c} is not a valid Lipschitz constant of the row softmax: "
                          f"the sharp constant is 1/2 (JaSMin Cor. 1), so softmax_lip must be >= 0.5")
     return float(c)
+
+
+def stable_probs(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
+    """P_l(X) (..., h, n, n), finite for every finite X: scores that overflow (|S| > max float, e.g. X * 1e200)
+    are computed from the normalized Q, K and clamped to +-max, so the rows become the limit (hard) softmax
+    instead of NaN. Equal to kernels.attention.probs whenever the scores are finite."""
+    P = probs(X, w, causal)
+    if bool(torch.isfinite(P).all()):
+        return P
+    Q, K = query_key(X, w)  # (..., h, n, dh)
+    sq = Q.abs().amax((-1, -2), keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
+    sk = K.abs().amax((-1, -2), keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
+    S = ((Q / sq) @ (K / sk).transpose(-1, -2)) * (sq / math.sqrt(w.dh)) * sk  # +-inf, never NaN
+    big = torch.finfo(X.dtype).max
+    S = S.nan_to_num(nan=0.0, posinf=big, neginf=-big)
+    if causal:
+        S = S.masked_fill(causal_mask(X.shape[-2], X.device), float("-inf"))
+    return torch.softmax(S, dim=-1)
 
 
 # ---- Lemma 1 operator -------------------------------------------------------------------------------------

@@ -5,31 +5,39 @@ own singular value, convergence flag and vector. Non-convergence is reported (fl
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
+from harness.kernels.krylov import CallableGram, lanczos
+from harness.kernels.linalg import safe_norm
+
 Tensor = torch.Tensor
 
 
 class NonConvergenceWarning(RuntimeWarning):
-    """Power iteration stopped at `iters` before reaching `tol` for some batch element."""
+    """The iteration stopped at `iters` before reaching `tol`, or produced a non-finite value, for some element."""
 
 
 @dataclass
 class PowerResult:
-    value: Tensor  # (*batch,) top singular value
-    converged: Tensor  # (*batch,) bool
+    value: Tensor  # (*batch,) top singular value (a Ritz value: a lower estimate)
+    converged: Tensor  # (*batch,) bool (False for every non-finite value)
     vector: Tensor  # (*batch, *event) top right singular vector (unit norm)
-    iters: int  # iterations run
-    rel_change: Tensor  # (*batch,) last relative change of the estimate
+    iters: int  # operator (A^T A) applications of the batch
+    rel_change: Tensor  # (*batch,) last relative residual (Lanczos) or change (power)
+    upper: Optional[Tensor] = None  # (*batch,) certified upper estimate (probability >= 1 - delta), see krylov
+    delta: Optional[float] = None  # failure probability of `upper` (over the random start)
+    restarted: Optional[Tensor] = None  # (*batch,) bool: a suspicious caller start was checked from a random one
+    steps: Optional[Tensor] = None  # (*batch,) products spent on each operator (Lanczos: deflation stops early)
 
 
 def _norm(v: Tensor, event_dims: int) -> Tensor:
-    """Frobenius norm over the trailing `event_dims` axes: (*batch, *event) -> (*batch,)."""
-    return v.flatten(start_dim=v.dim() - event_dims).norm(dim=-1) if event_dims else v.abs()
+    """Frobenius norm over the trailing `event_dims` axes: (*batch, *event) -> (*batch,), overflow-free."""
+    return safe_norm(v.flatten(start_dim=v.dim() - event_dims), -1) if event_dims else v.abs()
 
 
 def _bcast(s: Tensor, event_dims: int) -> Tensor:
@@ -54,8 +62,11 @@ def _check_args(iters, tol, on_nonconvergence):
 def _report(done: Tensor, rel: Tensor, iters: int, tol: float, on_nonconvergence: str, what: str) -> None:
     if bool(done.all()):
         return
-    msg = (f"{what} did not converge for {int((~done).sum())} of {done.numel()} operators after "
-           f"{iters} iterations (max relative residual/change {float(rel[~done].max()):.2e} > tol {tol:.1e})")
+    bad = ~done
+    msg = (f"{what} did not converge for {int(bad.sum())} of {done.numel()} operators after "
+           f"{iters} iterations (max relative residual/change {float(rel[bad].max()):.2e} > tol {tol:.1e}")
+    nonfinite = int((~torch.isfinite(rel[bad])).sum())
+    msg += f"; {nonfinite} non-finite)" if nonfinite else ")"
     if on_nonconvergence == "raise":
         raise RuntimeError(msg)
     if on_nonconvergence == "warn":
@@ -67,20 +78,31 @@ def default_tol(dtype) -> float:
     return 1e-10 if dtype == torch.float64 else 1e-5
 
 
+SUSPICIOUS_STEPS = 2  # a caller's start that converges within this many products is checked from a random start
+
+
 def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Tensor], Tensor], v0: Tensor,
                        event_dims: int, iters: int = 2000, tol: Optional[float] = None,
                        on_nonconvergence: str = "warn", method: str = "lanczos", krylov: int = 40,
+                       random_start: bool = False, delta: Optional[float] = None, seed: int = 0,
                        ) -> PowerResult:
     """sigma_max of a batched matrix-free operator A from matvec/rmatvec only (A^T A is never formed).
 
     matvec: (*batch, *event_in) -> (*batch, *event_out); rmatvec its adjoint. v0: (*batch, *event_in) start.
-    method="lanczos" (default): Lanczos on A^T A with full reorthogonalization, restarted from the Ritz vector
-    every `krylov` steps; stops when the relative Ritz residual ||A^T A y - theta y|| / theta < tol, which
-    bounds the relative error of sigma^2 by tol (Weyl). method="power": plain power iteration
-    v <- A^T A v / ||A^T A v||, stopping on the relative change of the Rayleigh quotient (error about
+    method="lanczos" (default): thick-restart Lanczos on A^T A / c^2 (harness.kernels.krylov; c = ||A v0|| keeps
+    every finite operator finite), basis of `krylov` vectors; stops when the relative Ritz residual
+    ||A^T A y - theta y|| / theta < tol, which bounds the relative error of sigma^2 by tol (Weyl).
+    method="power": plain power iteration, stopping on the relative change of the Rayleigh quotient (error about
     tol * r / (1 - r), r = (s2/s1)^2: fine on well-separated spectra, slow on clustered ones).
     `iters` caps operator applications (A^T A products). tol=None picks default_tol(dtype).
-    on_nonconvergence: "warn" (default), "raise" or "ignore"; the per-element flag is returned in every case.
+    Non-finite results are never flagged converged. on_nonconvergence: "warn" (default), "raise" or "ignore".
+
+    Start-vector deficiency: a start with no component along the top singular vector (e.g. another singular
+    vector) converges to a smaller singular value. Unless random_start=True, an operator whose start converges
+    within SUSPICIOUS_STEPS products is rerun from a Gaussian start (seed) and the larger value kept
+    (`restarted` marks it). A deficient start that converges more slowly is not detected: pass a random start.
+    delta (Lanczos, random_start=True only): also return `upper`, an upper estimate holding with probability
+    >= 1 - delta over the start vector (Kuczynski-Wozniakowski, MATH.md §4).
     """
     _check_args(iters, tol, on_nonconvergence)
     if tol is None:
@@ -89,107 +111,86 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
         return _power(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence)
     if method != "lanczos":
         raise ValueError(f"method must be 'lanczos' or 'power', got {method!r}")
-    return _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence, max(2, krylov))
+    res = _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, max(2, krylov), delta if random_start else None)
+    if not random_start:
+        sus = res.converged & (res.steps <= SUSPICIOUS_STEPS)
+        if bool(sus.any()):
+            r2 = _lanczos(matvec, rmatvec, _random_start(v0.shape, v0.dtype, v0.device, seed), event_dims, iters,
+                          tol, max(2, krylov), None)
+            better = sus & (r2.value > res.value)
+            res.value = torch.where(better, r2.value, res.value)
+            res.vector = torch.where(_bcast(better, event_dims), r2.vector, res.vector)
+            res.converged = torch.where(sus, r2.converged, res.converged)
+            res.rel_change = torch.where(sus, r2.rel_change, res.rel_change)
+            res.iters += r2.iters
+            res.restarted = sus
+    _report(res.converged, res.rel_change, res.iters, tol, on_nonconvergence, "Lanczos iteration")
+    return res
 
 
-def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence, krylov) -> PowerResult:
-    """Batched restarted Lanczos on M = A^T A (see top_singular_value)."""
+def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, krylov, delta) -> PowerResult:
+    """Thick-restart Lanczos on the scaled A^T A (see top_singular_value); results reshaped to the batch."""
     batch_shape = v0.shape[: v0.dim() - event_dims]
     event_shape = v0.shape[v0.dim() - event_dims:]
-    tiny = torch.finfo(v0.dtype).tiny
-    eps_mach = torch.finfo(v0.dtype).eps
-    flat = lambda t: t.reshape(*batch_shape, -1)  # (*batch, N)
-    unflat = lambda t: t.reshape(*batch_shape, *event_shape)
-    M = lambda v: flat(rmatvec(matvec(unflat(v))))
-
-    x = flat(v0)
-    x = x / x.norm(dim=-1, keepdim=True).clamp_min(tiny)
-    theta = torch.zeros(batch_shape, dtype=v0.dtype, device=v0.device)
-    rel = torch.full(batch_shape, float("inf"), dtype=v0.dtype, device=v0.device)
-    done = torch.zeros(batch_shape, dtype=torch.bool, device=v0.device)
-    applied = 0
-    steps = min(krylov, iters)
-    basis = torch.empty(*batch_shape, steps, x.shape[-1], dtype=v0.dtype, device=v0.device)  # (*batch, k, N)
-    while applied < iters and not bool(done.all()):
-        basis[..., 0, :] = x
-        alphas, betas = [], []
-        for j in range(min(krylov, iters - applied)):
-            vj = basis[..., j, :]
-            w = M(vj)  # (*batch, N)
-            applied += 1
-            a = (w * vj).sum(-1)
-            w = w - a[..., None] * vj
-            if j > 0:
-                w = w - betas[-1][..., None] * basis[..., j - 1, :]
-            V = basis[..., : j + 1, :]  # (*batch, j+1, N) view, no copy
-            for _ in range(2):  # full reorthogonalization, twice is enough
-                w = w - ((V @ w[..., None])[..., 0][..., None, :] @ V)[..., 0, :]
-            b = w.norm(dim=-1)
-            alphas.append(a)
-            betas.append(b)
-            k = len(alphas)
-            T = torch.diag_embed(torch.stack(alphas, -1))
-            if k > 1:
-                off = torch.stack(betas[:-1], -1)
-                T = T + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
-            evals, evecs = torch.linalg.eigh(T)  # ascending
-            th = evals[..., -1].clamp_min(0)
-            y = evecs[..., -1]  # (*batch, k)
-            res = b * y[..., -1].abs()
-            scale = th.clamp_min(tiny)
-            rel_new = torch.where(th > 0, res / scale, torch.zeros_like(res))
-            # breakdown (invariant subspace found) or zero operator: exact
-            broke = b <= 100 * eps_mach * torch.stack(alphas, -1).abs().amax(-1).clamp_min(tiny)
-            conv = (rel_new < tol) | broke
-            upd = ~done
-            theta = torch.where(upd, th, theta)
-            rel = torch.where(upd, torch.where(broke, torch.zeros_like(rel_new), rel_new), rel)
-            ritz = (y[..., None, :] @ V)[..., 0, :]  # (*batch, N)
-            ritz = ritz / ritz.norm(dim=-1, keepdim=True).clamp_min(tiny)
-            x = torch.where(upd[..., None], ritz, x)
-            done = done | (upd & conv)
-            if bool(done.all()) or bool(broke.all()) or j + 1 >= steps:
-                break
-            nxt = w / b[..., None].clamp_min(tiny)
-            basis[..., j + 1, :] = torch.where(broke[..., None], torch.zeros_like(nxt), nxt)
-    _report(done, rel, applied, tol, on_nonconvergence, "Lanczos iteration")
-    return PowerResult(theta.sqrt(), done, unflat(x), applied, rel)
+    Bn = math.prod(batch_shape)
+    x0 = v0.reshape(Bn, -1)
+    x0 = x0 / safe_norm(x0).clamp_min(torch.finfo(v0.dtype).tiny)[:, None]
+    op = CallableGram(matvec, rmatvec, batch_shape, event_shape, x0)
+    r = lanczos(op, x0, iters=iters, tol=tol, krylov=krylov, delta=delta)
+    out = PowerResult(r.value.reshape(batch_shape), r.converged.reshape(batch_shape),
+                      r.vector.reshape(*batch_shape, *event_shape), r.products, r.rel.reshape(batch_shape),
+                      None if r.upper is None else r.upper.reshape(batch_shape), delta,
+                      steps=r.steps.reshape(batch_shape))
+    return out
 
 
 def _power(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence) -> PowerResult:
-    """Plain power iteration on A^T A (see top_singular_value)."""
+    """Plain power iteration on A^T A / c^2, c = ||A v0|| for the unit start (see top_singular_value)."""
     batch_shape = v0.shape[: v0.dim() - event_dims]
-    v = v0 / _bcast(_norm(v0, event_dims).clamp_min(torch.finfo(v0.dtype).tiny), event_dims)
+    tiny = torch.finfo(v0.dtype).tiny
+    v = v0 / _bcast(_norm(v0, event_dims).clamp_min(tiny), event_dims)
+    u0 = matvec(v)
+    c = _norm(u0, u0.dim() - len(batch_shape))
+    c = torch.where(torch.isfinite(c) & (c > 0), c, torch.ones_like(c))
     lam = torch.zeros(batch_shape, dtype=v0.dtype, device=v0.device)
     done = torch.zeros(batch_shape, dtype=torch.bool, device=v0.device)
     rel = torch.full(batch_shape, float("inf"), dtype=v0.dtype, device=v0.device)
     it = 0
     for it in range(1, iters + 1):
-        w = rmatvec(matvec(v))  # (*batch, *event) = A^T A v
+        u = matvec(v)
+        u = u / _bcast(c, u.dim() - len(batch_shape))
+        w = rmatvec(u)
+        w = w / _bcast(c, event_dims)  # (*batch, *event) = A^T A v / c^2
         lam_new = (w * v).flatten(start_dim=v.dim() - event_dims).sum(-1) if event_dims else w * v  # Rayleigh
         nrm = _norm(w, event_dims)
-        zero = nrm <= torch.finfo(v.dtype).tiny
-        rel_new = (lam_new - lam).abs() / lam_new.abs().clamp_min(torch.finfo(v.dtype).tiny)
+        zero = nrm <= tiny
+        rel_new = (lam_new - lam).abs() / lam_new.abs().clamp_min(tiny)
         rel_new = torch.where(zero, torch.zeros_like(rel_new), rel_new)
+        rel_new = torch.where(torch.isfinite(lam_new), rel_new, torch.full_like(rel_new, float("inf")))
         # freeze elements that have converged: keep their value and vector
         upd = ~done
         lam = torch.where(upd, lam_new, lam)
         rel = torch.where(upd, rel_new, rel)
-        v_new = torch.where(_bcast(zero, event_dims), v, w / _bcast(nrm.clamp_min(torch.finfo(v.dtype).tiny), event_dims))
+        v_new = torch.where(_bcast(zero, event_dims), v, w / _bcast(nrm.clamp_min(tiny), event_dims))
         v = torch.where(_bcast(upd, event_dims), v_new, v)
         done = done | (upd & (rel_new < tol) & (it > 1)) | zero
         if bool(done.all()):
             break
+    value = lam.clamp_min(0).sqrt() * c
+    done = done & torch.isfinite(value)
     _report(done, rel, it, tol, on_nonconvergence, "power iteration")
-    return PowerResult(lam.clamp_min(0).sqrt(), done, v, it, rel)
+    return PowerResult(value, done, v, it, rel)
 
 
 def operator_norm(matvec, rmatvec, shape, event_dims: int, dtype=torch.float64, device=None, seed: int = 0,
                   v0: Optional[Tensor] = None, **kw) -> PowerResult:
-    """top_singular_value from a seeded Gaussian start of the given (*batch, *event) shape (or a warm start v0)."""
+    """top_singular_value from a seeded Gaussian start of the given (*batch, *event) shape (or a warm start v0).
+
+    With the seeded Gaussian start, delta=... gives certified upper estimates (PowerResult.upper)."""
+    random_start = v0 is None
     if v0 is None:
         v0 = _random_start(shape, dtype, device, seed)
-    return top_singular_value(matvec, rmatvec, v0, event_dims, **kw)
+    return top_singular_value(matvec, rmatvec, v0, event_dims, random_start=random_start, seed=seed + 1, **kw)
 
 
 def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float] = None, iters: int = 2000,
