@@ -12,7 +12,6 @@ import time
 import pytest
 import torch
 
-from experiments import _castin_common as C
 from harness.kernels import layer as L
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.power import jacobian_norm
@@ -56,11 +55,13 @@ def iterations_report(ns=range(2, 65, 2), count=10, layer=-1):
     """Markdown: J^T J products to converge (tol 1e-4, float32) on real MiniLM inputs, cold vs warm start,
     Lanczos vs power; and CPU seconds batched vs one by one at the largest n."""
     torch.set_num_threads(1)
-    w = C.weights("minilm", layer).to(torch.float32)
+    from harness.models import text
+
     cold_l = warm_l = cold_p = 0
     prev = None
     for n in ns:
-        X = C.real_inputs("minilm", "alice", [layer], n, count)[layer].to(torch.float32)
+        lay = text.layer_inputs("minilm", "alice", [layer], n, count, chunk_seed=n, dtype=torch.float32)[layer]
+        X, w = lay.X, lay.w
         r_c = L.lipschitz(X, w, tol=1e-4)
         r_w = L.lipschitz(X, w, tol=1e-4, v0=L.warm_start(prev, X.shape, seed=n, dtype=torch.float32))
         r_p = L.lipschitz(X, w, tol=1e-4, method="power", iters=3000)

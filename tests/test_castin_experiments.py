@@ -1,6 +1,6 @@
-"""Castin experiments: the batched layer operator vs dense float64 Jacobians, the estimators, Prop. 3.4 via the
-dh x dh route vs harness.bounds.castin, soundness (bounds >= exact constants), mass splitting (two routes agree,
-worked example), slope fits, and the experiments at test scale (tiny random model, synthetic text)."""
+"""Castin experiments: Prop. 3.4 via the dh x dh route vs the dense eigenproblem, soundness (bounds >= exact
+constants), mass splitting (two routes agree, worked example), slope fits, and the experiments at test scale
+(tiny random model, synthetic text) in float64 and float32. The layer operator is tested in test_kernels_layer."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import _castin_common as C
 from harness.kernels import layer as L
 from harness.kernels.attention import AttentionWeights
 
@@ -87,28 +86,20 @@ def test_castin_bound_total_above_layer_constant():
 
 
 def test_loglog_fit_recovers_power_law_and_ci():
+    from experiments._castin_plots import fmt_fit, loglog_fit
+
     n = np.repeat(np.arange(2, 101, 2), 3).astype(float)
     rng = np.random.default_rng(0)
     y = 3.0 * n ** 0.5 * np.exp(0.05 * rng.standard_normal(n.size))
-    f = C.loglog_fit(n, y)
+    f = loglog_fit(n, y)
     assert f["slope_lo"] < 0.5 < f["slope_hi"] and abs(f["slope"] - 0.5) < 0.02
     assert abs(f["const_sqrt"] - 3.0) < 0.1
-    assert math.isnan(C.loglog_fit([1, 2], [1, 2])["slope"])
-    assert C.fmt_fit({"slope": float("nan")}) == "n/a"
-
-
-def test_parse_ns():
-    assert C.parse_ns("2:10:4,3") == [2, 3, 6, 10]
-    assert C.parse_ns(5) == [5]
-    with pytest.raises(ValueError, match="sequence-length"):
-        C.parse_ns("0,1")
-    with pytest.raises(ValueError, match="pretrained"):
-        C.pretrained_arg("yes")
+    assert math.isnan(loglog_fit([1, 2], [1, 2])["slope"])
+    assert fmt_fit({"slope": float("nan")}) == "n/a"
 
 
 def test_mass_splitting_two_routes_agree_and_worked_example():
-    from experiments.mass_splitting import explicit_duplication
-    from harness.bounds.mass_splitting import mass_splitting_map
+    from harness.bounds.mass_splitting import explicit_duplication, mass_splitting_map
 
     xs = torch.linspace(-4, 4, 13, dtype=DT)
     x1, x2 = (t.reshape(-1) for t in torch.meshgrid(xs, xs, indexing="ij"))
@@ -122,6 +113,8 @@ def test_mass_splitting_two_routes_agree_and_worked_example():
 
 
 def test_decoder_forward_restores_flag():
+    from harness.models.text import decoder_forward
+
     class Cfg:
         model_type, is_decoder = "bert", False
 
@@ -129,19 +122,27 @@ def test_decoder_forward_restores_flag():
         config = Cfg()
 
     m = M()
-    with C.decoder_forward(m, True):
+    with decoder_forward(m, True):
         assert m.config.is_decoder
     assert not m.config.is_decoder
 
 
-@pytest.mark.parametrize("name", ["castin_sqrt_n", "castin_gamma", "castin_radius", "castin_magnitude",
-                                  "mass_splitting"])
-def test_experiment_runs_at_test_scale(name, tmp_path):
-    """Every Castin experiment at test scale (tiny random BERT, synthetic text: no shared data needed)."""
+CASTIN = ["castin_sqrt_n", "castin_sqrt_n_adversarial", "castin_gamma", "castin_magnitude",
+          "castin_radius_quadratic", "castin_radius_large", "castin_radius_edge", "mass_splitting"]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", CASTIN)
+def test_experiment_runs_at_test_scale(name, dtype, tmp_path):
+    """Every Castin experiment at test scale (tiny random BERT, synthetic text: no shared data needed), in
+    float64 and float32 (or it declares that it refuses float32, with a reason)."""
     from harness.registry import Context, get_experiment
 
     exp = get_experiment(name)
-    ctx = Context(scale="test", cache_dir=tmp_path, progress=False)
+    if dtype not in exp.dtypes:
+        assert exp.dtype_note
+        return
+    ctx = Context(scale="test", dtype=dtype, cache_dir=tmp_path, progress=False)
     cells = exp.cells("test")
     rows = exp.run(cells[0], ctx)
     assert rows and all(isinstance(r, dict) for r in rows)
@@ -160,8 +161,8 @@ def test_adversarial_cells_are_sound(masked, tmp_path):
     the head-alone constant unmasked, and NaN (not a number that looks like a bound) under a causal mask."""
     from harness.registry import Context, get_experiment
 
-    exp = get_experiment("castin_sqrt_n")
-    cell = next(c for c in exp.cells("test") if c["source"] == "adversarial" and c["masked"] == masked)
+    exp = get_experiment("castin_sqrt_n_adversarial")
+    cell = next(c for c in exp.cells("test") if c["masked"] == masked)
     rows = exp.run(cell, Context(scale="test", cache_dir=tmp_path, progress=False))
     assert rows and all(r["converged"] for r in rows)
     assert all(r["bound_castin"] >= r["lipschitz"] for r in rows)

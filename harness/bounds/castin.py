@@ -33,7 +33,7 @@ Tensor = torch.Tensor
 
 __all__ = ["bound", "meanfield_bound", "real_eigenvalues", "prop34_choice", "gamma", "lower_bound",
            "adversarial_input", "quadratic_example_input", "first_token_lower_bound", "edge_regime_input",
-           "edge_regime_lower_bound", "large_radius_limit",
+           "edge_regime_lower_bound", "large_radius_limit", "layer_bound", "max_gamma_head", "score_gaps",
            "head_attention", "head_lipschitz", "head_lipschitz_dense", "dense_head_jacobians",
            "attention_jacobian", "multihead",
            # re-exports (castin_weighted, mass_splitting)
@@ -250,6 +250,20 @@ def edge_regime_lower_bound(w: AttentionWeights, R: Union[float, Tensor]) -> Ten
     vu = torch.stack([nan if c is None else (VO[l].T @ c["u"]).norm() for l, c in enumerate(ch)])
     gr2 = g * R.unsqueeze(-1).square()
     return 3 * math.sqrt(3) / 16 * vu * gr2 * torch.exp(gr2 / 2)
+
+
+def max_gamma_head(w: AttentionWeights) -> int:
+    """Index of the head of largest Prop. 3.4 gamma (bias-free weights; heads without a real eigenvalue last)."""
+    return max(enumerate(prop34_choice(w)), key=lambda t: -math.inf if t[1] is None else float(t[1]["gamma"]))[0]
+
+
+def score_gaps(X: Tensor, w: AttentionWeights, head: int = 0) -> Tensor:
+    """Smallest top-1 minus top-2 score gap over the rows of X A_l X^T: (..., n, d) -> (...,).
+
+    At radius R the rows of RX leave the softmax transition once R^2 x gap >> 1, where Thm 3.7's limit holds."""
+    S = X @ w.A()[head] @ X.transpose(-1, -2)  # (..., n, n)
+    top = S.topk(2, dim=-1).values  # (..., n, 2)
+    return (top[..., 0] - top[..., 1]).amin(-1)
 
 
 def large_radius_limit(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:

@@ -15,12 +15,13 @@ import torch
 
 from harness.bounds.castin_weighted import (_check_AV, check_masses, covariances, jacobian_formula,
                                             weighted_jacobian_norm, weighted_probs)
-from harness.kernels.attention import check_input
+from harness.kernels.attention import AttentionWeights, check_input
+from harness.kernels.layer import layer_operator
 
 Tensor = torch.Tensor
 
 __all__ = ["duplicate_tokens", "duplicated_lipschitz", "covariance_term", "split_terms", "split_lipschitz",
-           "mass_splitting_map"]
+           "mass_splitting_map", "one_dim_weights", "explicit_duplication"]
 
 
 def duplicate_tokens(X: Tensor, masses: Optional[Tensor] = None, copies: int = 2):
@@ -92,3 +93,29 @@ def mass_splitting_map(x1: Union[float, Tensor], x2: Union[float, Tensor], p: Un
     split = torch.maximum(unsplit, cov)
     out = dict(unsplit=unsplit, cov=cov, split=split, gain=split / unsplit, splits=cov > unsplit * (1 + rtol))
     return {k: v.reshape(shape) for k, v in out.items()}
+
+
+def one_dim_weights(A: float = -2.0, V: float = 1.0, dtype=torch.float64, device=None) -> AttentionWeights:
+    """AttentionWeights with d = h = dh = 1 and S = A x x', VO = V."""
+    t = lambda v: torch.tensor([[[float(v)]]], dtype=dtype, device=device)
+    return AttentionWeights(t(A), t(1.0), t(V), t(1.0))
+
+
+def explicit_duplication(x1: Tensor, x2: Tensor, a: int, b: int, A: float = -2.0, V: float = 1.0,
+                         copies: int = 2) -> dict:
+    """unsplit / split local constants by explicit duplication: ordinary attention on copies * (a + b) tokens,
+    x1 repeated copies * a times, x2 copies * b times (every atom has >= 2 copies to split): (S,) each.
+
+    J (S, n, n) is built column by column from kernels.layer.layer_operator; unsplit = ||J Q|| with Q the
+    orthonormal basis of group-constant moves, split = ||J||. dtype/device follow x1."""
+    w = one_dim_weights(A, V, x1.dtype, x1.device)
+    a, b = copies * a, copies * b
+    X = torch.cat([x1[:, None].expand(-1, a), x2[:, None].expand(-1, b)], dim=1)[..., None]  # (S, n, 1)
+    n = a + b
+    matvec, _ = layer_operator(X, w)
+    E = torch.eye(n, dtype=X.dtype, device=X.device)
+    J = torch.stack([matvec(E[k].expand(X.shape[0], n)[..., None])[..., 0] for k in range(n)], dim=-1)  # (S, n, n)
+    Q = torch.zeros(n, 2, dtype=X.dtype, device=X.device)
+    Q[:a, 0] = 1 / a ** 0.5
+    Q[a:, 1] = 1 / b ** 0.5
+    return dict(unsplit=torch.linalg.matrix_norm(J @ Q, ord=2), split=torch.linalg.matrix_norm(J, ord=2))

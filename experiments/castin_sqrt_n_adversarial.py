@@ -1,0 +1,99 @@
+"""Castin et al. Fig. 1 (§5.2): the layer's local Lipschitz constant vs n at Prop. 3.4's adversarial inputs.
+
+Per head l with a real eigenvalue of A_c (bias-free weights, float64): X = R(u, u/2, ..., u/2) or
+R(-u, u, ..., u), R = radius_factor x the mean token radius of the layer's real inputs (`radius_count` chunks
+of length `radius_n`). Per (n, head): ||J_F(X)|| of the multi-head layer with biases (causally masked when
+`masked`) and the paper code's estimator (ctx.dtype), the Thm 3.3 bound (float64), the bias-free head-alone
+constant ||Df_l(X)|| (ctx.dtype) and Prop. 3.4's lower bound for that head (float64; NaN under a mask, where it
+is not proved). Inputs and certificates are float64 (column certificate_dtype), the estimates ctx.dtype.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List
+
+import torch
+
+from harness.bounds.castin import adversarial_input, layer_bound, lower_bound, prop34_choice
+from harness.kernels import layer as L
+from harness.registry import Context, Experiment, experiment
+
+from . import _castin_common as C
+
+N_ADV = [2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 100]
+
+
+def _grid(model, layers, masked, factors, ns=N_ADV, count=10):
+    return {"model": [model], "pretrained": ["auto"], "layer": layers, "masked": masked, "corpus": ["alice"],
+            "radius_factor": factors, "radius_n": [64], "radius_count": [count], "n": [ns]}
+
+
+@experiment
+class CastinSqrtNAdversarial(Experiment):
+    """Castin Fig. 1 (adversarial): ||Df|| vs n at Prop. 3.4's inputs, head alone, lower and upper bounds."""
+
+    name = "castin_sqrt_n_adversarial"
+    figures_ref = ["Castin et al. 2024, Fig. 1 (§5.2, adversarial inputs)", "Castin et al. Prop. 3.4 / Thm 3.3"]
+    float32_exempt = ("cpu_s",)  # timings
+    grid = [
+        _grid("minilm", [0, -1], [False], [1.0, 2.0]),
+        _grid("gpt2", [0], [False], [1.0, 4.0]),
+        _grid("bert-base-uncased", [0], [False], [1.0, 4.0]),
+        # masked panels (Prop. 3.4's input under a causal mask; its lower bound is for the unmasked map)
+        _grid("minilm", [0, -1], [True], [1.0, 2.0]),
+        _grid("gpt2", [0], [True], [1.0, 4.0]),
+        _grid("gpt2", [-1], [False, True], [1.0, 4.0]),
+        _grid("bert-base-uncased", [-1], [False], [1.0, 4.0]),
+    ]
+    quick = [_grid("minilm", [-1], [False], [1.0, 2.0], [2, 4, 8, 16, 32, 64])]
+    test = [dict(_grid("tiny-bert", [0], [False, True], [2.0], [2, 4, 8], count=3), corpus=["synthetic"],
+                 radius_n=[16])]
+
+    def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
+        """One row per (n, head) for the heads whose A_c has a real eigenvalue."""
+        masked, dt = bool(cell["masked"]), ctx.torch_dtype
+        info = C.info(cell, ctx)
+        real = C.layer(cell, ctx, int(cell["radius_n"]), int(cell["radius_count"]))
+        R0 = float(real.X.norm(dim=-1).mean())  # mean token radius of real inputs (float64)
+        R = float(cell["radius_factor"]) * R0
+        w64 = real.w
+        wnb = C.no_bias(w64)
+        choice = prop34_choice(wnb)  # dh x dh eigenproblems (factored route), float64
+        heads = [l for l, c in enumerate(choice) if c is not None]
+        w, wh = w64.to(dt), L.stack_heads(wnb.to(dt), heads)
+        lbs_nan = float("nan")
+        rows, prev = [], None
+        for n in cell["n"]:
+            X64 = torch.stack([adversarial_input(wnb, l, n, R, choices=choice) for l in heads])  # (H, n, d)
+            X = X64.to(dt)
+            t0 = time.process_time()
+            v0 = L.warm_start(prev, X.shape, ctx.seed + n, dt, X.device)
+            res = L.lipschitz(X, w, masked, tol=C.tol(dt), v0=v0)
+            res_h = L.lipschitz(X, wh, masked, tol=C.tol(dt))  # element b: head heads[b] alone
+            cpu = time.process_time() - t0
+            prev = res.vector
+            paper = L.paper_value(X, w, masked)
+            bnd = layer_bound(X64, w64, masked)
+            lbs = lower_bound(wnb, n, R, choices=choice)  # (h,): Prop. 3.4 is for the unmasked map
+            for b, l in enumerate(heads):
+                g = float(choice[l]["gamma"])
+                rows.append(dict(n=n, head=l, radius=R, radius_real_mean=R0, gamma=g, gamma_R2=g * R * R,
+                                 case=choice[l]["case"], lipschitz=float(res.value[b]),
+                                 paper_estimator=float(paper[b]), bound_castin=float(bnd[b]),
+                                 lipschitz_head=float(res_h.value[b]),
+                                 lower_bound=lbs_nan if masked else float(lbs[l]), certificate_dtype="float64",
+                                 iters=int(res.iters), iters_head=int(res_h.iters),
+                                 converged=bool(res.converged[b]) and bool(res_h.converged[b]),
+                                 cpu_s=cpu / len(heads), causal=masked, pretrained=bool(info["pretrained"]),
+                                 weights_source=info["source"], d=info["d"], heads=info["n_heads"]))
+        return rows
+
+    def figures(self, table, outdir):
+        from ._castin_plots import sqrt_n_adversarial_figure
+
+        return sqrt_n_adversarial_figure(table, outdir)
+
+    def summary(self, table) -> str:
+        from ._castin_plots import sqrt_n_adversarial_summary
+
+        return sqrt_n_adversarial_summary(table)
