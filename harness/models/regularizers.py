@@ -164,3 +164,32 @@ def from_cfg(cfg: Optional[Dict]):
     if t == "specformer":
         return Specformer(**c)
     raise ValueError(f"unknown regularizer type {t!r}: use 'jasmin' or 'specformer'")
+
+
+METHODS = ("baseline", "specformer", "jasmin")
+
+
+def for_method(method: str = "baseline", k: Optional[int] = None, lam: Optional[float] = None,
+               agg: Optional[str] = None, variant: Optional[str] = None):
+    """The regularizer of a JaSMin sweep entry: None (baseline), Specformer.variant(variant, lam) or
+    JaSMin(k, lam, agg)."""
+    if method == "baseline":
+        return None
+    if method == "specformer":
+        return Specformer.variant(variant, float(lam))
+    if method == "jasmin":
+        return JaSMin(int(k), float(lam), agg)
+    raise ValueError(f"unknown method {method!r}: use one of {METHODS}")
+
+
+def method_label(method: str = "baseline", k: Optional[int] = None, lam: Optional[float] = None,
+                 agg: Optional[str] = None, variant: Optional[str] = None) -> str:
+    """Human label of a sweep entry: Baseline, Specformer(joint, 1e-2), JaSMin k=10 lam=1e-2 mean."""
+    if method == "baseline":
+        return "Baseline"
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: use one of {METHODS}")
+    lam_s = f"{float(lam):.0e}".replace("e-0", "e-")
+    if method == "specformer":
+        return f"Specformer({variant}, {lam_s})"
+    return f"JaSMin k={int(k)} lam={lam_s} {agg}"
