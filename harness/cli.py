@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cache-dir", type=Path, default=None, help="default: <results-dir>/cache")
     ap.add_argument("--no-figures", action="store_true", help="skip figures (tables and manifests only)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
+                    help="add a plug-in bound f(X, w, causal=False) -> per-head (h,) upper bounds (attribute "
+                         "scope='layer' for per-layer) to the experiments that evaluate every registered bound "
+                         "(bound_leaderboard); checked against the truth: sound=False where it is below (repeatable)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads per worker (default: cores // jobs for pools, torch's own when serial)")
     return ap
@@ -77,7 +81,7 @@ def _run_config(args) -> _runner.RunConfig:
         results_dir=args.results_dir, cache_dir=args.cache_dir, executor=args.executor, jobs=args.jobs,
         force=args.force, overrides=_grid.parse_set(args.sets), progress=not args.no_progress and sys.stderr.isatty(),
         figures=not args.no_figures, cluster=args.cluster, executor_params=eparams, timeout_min=args.timeout_min,
-        fresh_workers=args.fresh_workers, threads=args.threads)
+        fresh_workers=args.fresh_workers, threads=args.threads, bounds=list(args.bound))
 
 
 def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
@@ -113,6 +117,23 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
 
 def _anything_cached(names: Sequence[str], cfg) -> bool:
     return any(t.state == "cached" for n in names for t in _runner.plan(n, cfg, verify=False).tasks)
+
+
+def unsound_plugins(results, plugins: Sequence[str]) -> str:
+    """Lines naming every --bound plug-in with a row `sound == False` (upper bound below the truth)."""
+    if not plugins:
+        return ""
+    names = {p.partition(":")[2] for p in plugins} | set(plugins)
+    lines = []
+    for r in results:
+        table = (r.output or {}).get("table")
+        if table is None or not {"method", "sound"} <= set(table.columns):
+            continue
+        bad = table[table["method"].isin(names) & (table["sound"].astype(str).str.lower() == "false")]
+        for m, g in bad.groupby("method"):
+            lines.append(f"  [{r.name}] {m}: {len(g)} of {int(table['method'].eq(m).sum())} values below the truth "
+                         f"(worst value/truth {float((g['value'] / g['truth']).min()):.3g})")
+    return "\n".join(lines)
 
 
 def missing_data_summary(results) -> str:
@@ -163,6 +184,10 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     t0 = time.perf_counter()
     results = _runner.run(names, cfg, collect_only=args.collect, echo=out)
     bad = [r for r in results if not r.ok]
+    unsound = unsound_plugins(results, cfg.bounds)
+    if unsound:
+        print("UNSOUND plug-in bound(s): below the true local Lipschitz constant at some input:\n" + unsound,
+              file=sys.stderr)
     skipped = sum(r.missing_data for r in results)
     tail = f"; {skipped} cell(s) skipped for missing data" if skipped else ""
     out(f"done: {len(results)} experiment(s) in {time.perf_counter() - t0:.1f}s, results in {cfg.output_root}{tail}")
@@ -171,7 +196,7 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     if bad:
         print("FAILED:\n" + _runner.format_errors(bad), file=sys.stderr)
         return 1
-    return 0
+    return 1 if unsound else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

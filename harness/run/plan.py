@@ -39,6 +39,7 @@ class RunConfig:
     timeout_min: int = 60
     fresh_workers: bool = False  # process executor: one cell per worker process
     threads: Optional[int] = None  # torch threads per worker; None: cores // jobs (pools) or torch's default
+    bounds: List[str] = field(default_factory=list)  # plug-in bounds "module:function" (--bound)
 
     def __post_init__(self):
         self.results_dir = Path(self.results_dir)
@@ -63,6 +64,7 @@ class RunConfig:
             extra.append(f"dtype={self.dtype}")
         if self.seed != 0:
             extra.append(f"seed={self.seed}")
+        extra += [f"bound={b}" for b in self.bounds]
         if _config.device_kind(self.device) != "cpu":
             extra.append(f"device={_config.device_kind(self.device)}")
         if not extra:
@@ -166,6 +168,45 @@ def typed_overrides(exp: Experiment, cfg: RunConfig) -> Dict[str, List[Any]]:
     return out
 
 
+def plugin_sources(exp: Experiment, cfg: RunConfig) -> Optional[List[Dict[str, str]]]:
+    """The --bound plug-ins an experiment uses (those with `accepts_bounds`), each with the sha256 of its source
+    file, for the cell key (editing a plug-in recomputes the cells that evaluated it)."""
+    if not cfg.bounds or not getattr(exp, "accepts_bounds", False):
+        return None
+    import importlib.util
+
+    from ..store.atomic import sha256
+
+    out = []
+    for b in cfg.bounds:
+        mod = b.partition(":")[0]
+        spec = importlib.util.find_spec(mod)
+        origin = getattr(spec, "origin", None)
+        out.append({"bound": b, "source": sha256(Path(origin).read_bytes()) if origin and Path(origin).is_file()
+                    else "unknown"})
+    return out
+
+
+def check_bounds(names: Sequence[str], cfg: RunConfig) -> None:
+    """--bound: each plug-in must load ('module:function', a callable) and some selected experiment must use it."""
+    if not cfg.bounds:
+        return
+    from ..bounds.registry import load_function
+
+    for b in cfg.bounds:
+        try:
+            fn = load_function(b)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ValueError(f"--bound {b}: cannot load it ({e.__class__.__name__}: {e}); expected 'module:function' "
+                             f"importable from here (PYTHONPATH)") from None
+        if not callable(fn):
+            raise ValueError(f"--bound {b}: {type(fn).__name__} is not callable")
+    users = [n for n in names if getattr(_registry.get_experiment(n), "accepts_bounds", False)]
+    if not users:
+        raise ValueError("--bound: none of the selected experiments evaluates plug-in bounds; "
+                         "use it with bound_leaderboard (or `attnlip analyze --bound`)")
+
+
 def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
     """Every --set key must belong to a selected experiment's grid, with a value of the declared type; the
     context (dtype, device) must be one every selected experiment runs in (UnsupportedContext otherwise)."""
@@ -175,6 +216,7 @@ def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
         known.update(_grid.keys(exp.grid_for(cfg.scale)))
         typed_overrides(exp, cfg)
         exp.check_context(cfg.dtype, cfg.device)
+    check_bounds(names, cfg)
     bad = [k for k in cfg.overrides if k not in known]
     if bad:
         raise ValueError(f"--set {', '.join(bad)}: no selected experiment has such a grid parameter; "
@@ -202,11 +244,12 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     exp = _registry.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
+    plugins = plugin_sources(exp, cfg)
     tasks = []
     for cell in exp.cells(cfg.scale, typed_overrides(exp, cfg)):
         src = model_source(exp, cell)
         key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
-                             scale=cfg.scale if code["reads_scale"] else None, model_source=src)
+                             scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins)
         t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src)
         if store.exists(name, key):
             if verify:

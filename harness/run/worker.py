@@ -34,6 +34,7 @@ def make_spec(exp: Experiment, task, cfg, progress: bool) -> Dict[str, Any]:
         "cell": task.cell, "key": task.key, "label": task.label, "seed": cfg.seed, "dtype": cfg.dtype,
         "scale": cfg.scale, "device": cfg.device, "cache_dir": str(cfg.cache_dir), "progress": progress,
         "threads": cfg.threads, "model_source": task.model_source, "force": bool(cfg.force),
+        "bounds": list(cfg.bounds) if getattr(exp, "accepts_bounds", False) else [],
     }
 
 
@@ -132,6 +133,7 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
         exp = _resolve(spec)
         exp.check_context(spec["dtype"], spec["device"])
         threads = _config.apply_threads(spec.get("threads"))
+        _register_plugins(spec.get("bounds") or [])
         ctx = Context(device=spec["device"], dtype=spec["dtype"], seed=spec["seed"], scale=spec["scale"],
                       cache_dir=Path(spec["cache_dir"]), progress=spec["progress"], threads=threads)
         seed_everything(int(spec["seed"]))
@@ -167,6 +169,19 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 _RSS = RSSSampler
+
+
+def _register_plugins(specs: List[str]) -> None:
+    """Register --bound plug-ins in this (possibly fresh) worker process; a function's `scope` attribute says
+    whether it returns per-head ("head", default) or per-layer values."""
+    if not specs:
+        return
+    from ..bounds import registry as _bounds
+
+    for b in specs:
+        fn = _bounds.load_function(b)
+        _bounds.register_bound(fn, name=getattr(fn, "bound_name", None) or b.partition(":")[2],
+                               scope=getattr(fn, "scope", "head"), paper=getattr(fn, "paper", "user"), replace=True)
 
 
 def _done_meanwhile(spec: Dict[str, Any]) -> bool:

@@ -25,7 +25,7 @@ def library_versions() -> Dict[str, Optional[str]]:
 
 def cell_key(experiment: str, cell: Mapping[str, Any], seed: int, dtype: str, device: str, code: str,
              scale: Optional[str] = None, model_source: Optional[str] = None,
-             versions: Optional[Mapping[str, Optional[str]]] = None) -> str:
+             versions: Optional[Mapping[str, Optional[str]]] = None, plugins: Optional[list] = None) -> str:
     """Key of one cell. `scale` only when the compute code reads ctx.scale (otherwise every scale-dependent
     parameter is a cell parameter, and equal cells of two scales share one computation)."""
     body = {
@@ -37,4 +37,6 @@ def cell_key(experiment: str, cell: Mapping[str, Any], seed: int, dtype: str, de
         body["scale"] = str(scale)
     if model_source is not None:
         body["model_source"] = str(model_source)
+    if plugins:
+        body["plugins"] = list(plugins)
     return sha256(canonical_json(body))
