@@ -129,3 +129,16 @@ def test_text_model_certificate_sound():
     for eps in (0.2, 1.0):
         lower = pgd_maximize(lambda v: (m(v) - F0).norm(dim=-1), E, eps, steps=10, restarts=2, batch_dims=1).value
         assert (cert.output_bound(torch.full((4,), eps, dtype=DT), "sharp") >= lower - 1e-10).all()
+
+
+def test_certificates_use_certified_upper_estimates(trained):
+    """Certificates use the KW/deterministic upper estimates of zeta and ||M_l|| (>= the Lanczos values)."""
+    m, X, y = trained
+    cert = certify(m, X[:6], y[:6])
+    for t in cert.layers:
+        assert (t.zeta_up >= t.zeta).all() and (t.m_up >= t.m).all() and (t.m_up <= t.xi * (1 + 1e-9)).all()
+        assert (t.zeta_up <= t.naive1 * (1 + 1e-9)).all()
+    assert 0 < cert.guarantee < 1e-6
+    for b in ("fine", "sharp", "coarse"):
+        r_cert, r_ritz = cert.radius(b), cert.radius(b, certified=False)
+        assert (r_cert <= r_ritz + 1e-12).all() and (r_cert >= 0.9 * r_ritz).all(), b

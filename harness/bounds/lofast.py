@@ -30,7 +30,7 @@ from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, prepare, pr
                                        stable_probs)
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, probs, project
-from harness.kernels.krylov import lanczos
+from harness.kernels.krylov import kw_steps, lanczos
 from harness.kernels.operators import MGram, ZetaGram, reduce_qk
 from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, _check_args, _report, default_tol
 
@@ -74,6 +74,10 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     delta = kw.pop("delta", DELTA)
     opts = dict(iters=iters, tol=tol, krylov=_krylov(x0.numel(), X.dtype, kw.pop("krylov", None)),
                 min_steps=kw.pop("min_steps", 1), check_every=kw.pop("check_every", 2))
+    cert_eps = kw.pop("certify_eps", None)
+    if cert_eps is not None and random_start:  # first cycle long enough for a KW eps of cert_eps
+        k = min(kw_steps(op.dim, cert_eps, delta), iters)
+        opts.update(krylov=max(opts["krylov"], k + 1), min_steps=max(opts["min_steps"], k))
     if kw:
         raise TypeError(f"unexpected keyword arguments {sorted(kw)}")
     r = lanczos(op, x0, delta=delta if random_start else None, **opts)
@@ -117,7 +121,8 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     causal=True (ours, beyond the paper) uses the masked P_l; Lemma 1's argument holds for any fixed P_l.
     Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
     estimate (probability >= 1 - delta over the seeded start, or the deterministic eq. 9 bound if smaller).
-    kw: krylov, delta (default DELTA), min_steps, check_every.
+    kw: krylov (basis size), delta (default DELTA), certify_eps (run an unrestarted first cycle long enough
+    for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every.
     """
     w = prepare(X, w)
     batch = X.shape[:-2]

@@ -125,14 +125,16 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     B, N = x0.shape
     dt, dev = x0.dtype, x0.device
     tiny, eps_m = torch.finfo(dt).tiny, torch.finfo(dt).eps
-    m = max(2, min(int(krylov), iters + 1))
+    m = max(1, min(int(krylov), iters + 1, N))  # a basis of N vectors spans the space: the Ritz value is exact
     p = max(1, min(keep if keep is not None else m // 2, m - 1))
+    min_steps = min(min_steps, N)
     out_theta = torch.zeros(B, dtype=dt, device=dev)
     out_conv = torch.zeros(B, dtype=torch.bool, device=dev)
     out_vec = torch.zeros(B, N, dtype=dt, device=dev)
     out_steps = torch.zeros(B, dtype=torch.long, device=dev)
     out_rel = torch.full((B,), float("inf"), dtype=dt, device=dev)
     out_first = torch.zeros(B, dtype=torch.long, device=dev)  # Krylov dimension of the unrestarted first cycle
+    out_broke = torch.zeros(B, dtype=torch.bool, device=dev)  # invariant subspace reached (Ritz value exact)
     idx = torch.arange(B, device=dev)  # active row -> original operator
     scale0 = op.scale.to(dt)  # (B,) before any deflation
     nrm = safe_norm(x0)
@@ -165,7 +167,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             ev, Y = ev.to(device=dev, dtype=dt), Y.to(device=dev, dtype=dt)
             th, y = ev[:, -1], Y[:, :, -1]
             hmax = H[:, :k, :k].abs().amax((-1, -2))
-            broke = beta <= 100 * eps_m * hmax.clamp_min(tiny)
+            broke = (beta <= 100 * eps_m * hmax.clamp_min(tiny)) | (k >= N)
             rel = torch.where(th > 0, beta * y[:, -1].abs() / th.clamp_min(tiny), torch.zeros_like(th))
             rel = torch.where(broke, torch.zeros_like(rel), rel)
             finite = torch.isfinite(th) & torch.isfinite(beta) & torch.isfinite(rel)
@@ -177,6 +179,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             out_rel[rows] = torch.where(finite[live], rel[live], torch.full_like(rel[live], float("inf")))
             out_steps[rows] = steps
             out_conv[rows] = conv[live]
+            out_broke[rows] = broke[live] & finite[live]
             if not restarted:
                 out_first[rows] = k
             if last:
@@ -221,6 +224,8 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     upper = kw = None
     if delta is not None:
         kw = kw_epsilon(N, out_first, delta).to(dt).to(dev)
+        # an invariant Krylov subspace stays the same for every larger k, so the KW bound holds with k -> inf
+        kw = torch.where(out_broke & (out_first < m), torch.zeros_like(kw), kw)
         slack = 1 + 100 * eps_m * out_first.to(dt)  # rounding of the computed Ritz value
         up_t = out_theta.clamp_min(0) / (1 - kw).clamp_min(0) * slack
         upper = torch.where(kw < 1, up_t.sqrt() * scale, torch.full_like(value, float("inf")))

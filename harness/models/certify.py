@@ -13,7 +13,10 @@ Bounds (`BOUNDS`): "naive" = eq. 9 for Delta_1 + the coarse Delta_2 (the paper's
 (beyond the paper at this size); "sharp" = fine with the softmax constant 1/2 (JaSMin Cor. 1).
 The per-layer terms are computed once per input with harness.bounds.lofast (zeta, m_norms, xi,
 naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `layer_delta` equals
-harness.bounds.lofast.delta (tested).
+harness.bounds.lofast.delta (tested). Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
+certified=True by default) use the certified upper estimates of zeta and ||M_l|| instead of the Lanczos values
+(which approach the norms from below): each estimate holds with probability >= 1 - lofast.DELTA over the seeded
+Gaussian start (Kuczynski-Wozniakowski, MATH.md §4), so a certificate holds with probability >= 1 - `guarantee`.
 """
 from __future__ import annotations
 
@@ -46,37 +49,57 @@ class LayerTerms:
     vo: Tensor  # (h,) ||VO_l||
     dh: int
     converged: Tensor  # (B,) power iterations converged
+    zeta_up: Optional[Tensor] = None  # (B,) certified upper estimate of zeta (probability >= 1 - delta)
+    m_up: Optional[Tensor] = None  # (B, h) certified upper estimate of ||M_l||
+    delta: float = 0.0  # failure probability of each certified estimate (over the seeded Lanczos start)
+
+
+CERTIFY_EPS = 1e-2  # KW relative eps on the squared norms: the upper estimates are <= 1/sqrt(0.99) x the Ritz values
 
 
 def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: bool = True, **power) -> LayerTerms:
-    """Per-input Theorem 1 terms of the attention layer w (H = I if residual else 0) at Z (B, n, d)."""
+    """Per-input Theorem 1 terms of the attention layer w (H = I if residual else 0) at Z (B, n, d).
+
+    zeta and ||M_l|| come with certified upper estimates (Lanczos from a seeded Gaussian start run long enough
+    for the Kuczynski-Wozniakowski bound with eps = CERTIFY_EPS, capped by the deterministic eq. 9 / eq. 21
+    bounds): each holds with probability >= 1 - delta (lofast.DELTA) over the start vector.
+    """
     w = w.to(dtype=Z.dtype, device=Z.device)
     w.require_no_bias("LoFAST certification")
+    power = {"certify_eps": CERTIFY_EPS, **power}
     z, zi = lofast.zeta(Z, w, residual=residual, return_info=True, **power)
     conv = zi.converged
-    m = None
+    m = m_up = None
     if fine:
         m, mi = lofast.m_norms(Z, w, return_info=True, **power)
         conv = conv & mi.converged
+        m_up = mi.m.upper
     one = torch.ones((), dtype=Z.dtype, device=Z.device)
     VO = w.VO()  # (h, d, d)
     return LayerTerms(
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
         b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
-        vo=w.VO_norm(), dh=w.dh, converged=conv)
+        vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, delta=zi.zeta.delta)
 
 
-def layer_delta(t: LayerTerms, eps: Tensor, bound: str) -> Tensor:
-    """Theorem 1 (or eq. 9 + coarse Delta_2 for "naive"): output perturbation bound for input perturbation eps (B,)."""
+def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False) -> Tensor:
+    """Theorem 1 (or eq. 9 + coarse Delta_2 for "naive"): output perturbation bound for input perturbation eps (B,).
+
+    certified=False: with the Lanczos values of zeta and ||M_l|| (equal to lofast.delta); certified=True: with
+    their certified upper estimates (what a certificate must use: Ritz values approach the norms from below).
+    """
     if bound not in BOUNDS:
         raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
     if bound in ("fine", "sharp") and t.m is None:
         raise ValueError(f"bound {bound!r} needs the exact ||M_l||: compute layer_terms with fine=True")
-    m = t.m if bound in ("fine", "sharp") else t.xi  # (B, h)
+    if certified and (t.zeta_up is None or (bound in ("fine", "sharp") and t.m_up is None)):
+        raise ValueError("certified=True needs the certified upper estimates (LayerTerms from layer_terms)")
+    fine_m = t.m_up if certified else t.m
+    m = fine_m if bound in ("fine", "sharp") else t.xi  # (B, h)
     c = 0.5 if bound == "sharp" else 1.0
     e = eps.unsqueeze(-1)  # (B, 1)
     d2 = (c * e / math.sqrt(t.dh) * (m + t.b * e) * (t.xvo + t.vo * e)).sum(-1)  # (B,)
-    d1 = (t.naive1 if bound == "naive" else t.zeta) * eps
+    d1 = (t.naive1 if bound == "naive" else (t.zeta_up if certified else t.zeta)) * eps
     return d1 + d2
 
 
@@ -95,30 +118,36 @@ class Certificate:
     def correct(self) -> Tensor:
         return self.margin > 0
 
-    def output_bound(self, eps: Tensor, bound: str) -> Tensor:
-        """Bound on ||F(u') - F(u)||_2 (logits) for ||u' - u|| <= eps (B,), propagated layer by layer."""
+    @property
+    def guarantee(self) -> float:
+        """Failure probability of the certificates (union over every estimated zeta and ||M_l||)."""
+        return float(sum(t.delta * (1 + (0 if t.m_up is None else t.m_up.shape[-1])) for t in self.layers))
+
+    def output_bound(self, eps: Tensor, bound: str, certified: bool = True) -> Tensor:
+        """Bound on ||F(u') - F(u)||_2 (logits) for ||u' - u|| <= eps (B,), propagated layer by layer (certified:
+        with the upper estimates of zeta and ||M_l||, valid with probability >= 1 - guarantee)."""
         e = eps * self.L_in
         for t in self.layers:
-            e = layer_delta(t, e, bound)
+            e = layer_delta(t, e, bound, certified)
         return e * self.L_head
 
-    def certified(self, eps, bound: str) -> Tensor:
+    def certified(self, eps, bound: str, certified: bool = True) -> Tensor:
         """Prop. 1: margin > sqrt(2) delta(u, eps): (B,) bool."""
         e = torch.as_tensor(eps, dtype=self.margin.dtype).expand_as(self.margin)
-        return self.correct & (self.margin > math.sqrt(2.0) * self.output_bound(e, bound))
+        return self.correct & (self.margin > math.sqrt(2.0) * self.output_bound(e, bound, certified))
 
-    def radius(self, bound: str, iters: int = 50) -> Tensor:
+    def radius(self, bound: str, iters: int = 50, certified: bool = True) -> Tensor:
         """Largest certified eps per input by bisection (0 when misclassified): (B,)."""
         lo = torch.zeros_like(self.margin)
         hi = torch.ones_like(self.margin)
         for _ in range(60):  # grow hi until it fails everywhere
-            ok = self.certified(hi, bound)
+            ok = self.certified(hi, bound, certified)
             if not ok.any():
                 break
             hi = torch.where(ok, 2 * hi, hi)
         for _ in range(iters):
             mid = (lo + hi) / 2
-            ok = self.certified(mid, bound)
+            ok = self.certified(mid, bound, certified)
             lo = torch.where(ok, mid, lo)
             hi = torch.where(ok, hi, mid)
         return torch.where(self.correct, lo, torch.zeros_like(lo))

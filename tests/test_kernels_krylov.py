@@ -1,0 +1,187 @@
+"""Thick-restart Lanczos (harness.kernels.krylov), reduced operators (harness.kernels.operators): overflow, non-finite
+flags, start-vector deficiency, deflation, and certified upper estimates >= the dense truth (issues 12.5 and 13)."""
+import warnings
+
+import pytest
+import torch
+
+from harness.bounds import lofast as L
+from harness.bounds.lofast_ops import m_dense_matrix, zeta_dense_matrix
+from harness.kernels.attention import AttentionWeights
+from harness.kernels.krylov import kw_epsilon, kw_steps
+from harness.kernels.operators import MGram, reduce_qk
+from harness.kernels.power import NonConvergenceWarning, operator_norm, top_singular_value
+
+DT = torch.float64
+
+
+def make(seed, n=5, d=8, h=2, scale=1.0, batch=(), dtype=DT):
+    g = torch.Generator().manual_seed(seed)
+    w = AttentionWeights.random(d, h, scale=scale, dtype=dtype, generator=g)
+    return torch.randn(*batch, n, d, dtype=dtype, generator=g), w
+
+
+def rel(a, b):
+    return float(((a - b).abs() / b.abs().clamp_min(1e-300)).max())
+
+
+def matrix_ops(M):
+    return (lambda v: (M @ v[..., None])[..., 0]), (lambda u: (M.transpose(-1, -2) @ u[..., None])[..., 0])
+
+
+# ---- issue 12.5: every finite input gives a finite value; non-finite is never "converged" -------------------
+@pytest.mark.parametrize("dtype,big", [(torch.float64, 1e200), (torch.float32, 3e9), (torch.float32, 1e30)])
+def test_huge_inputs_give_finite_converged_norms(dtype, big):
+    X, w = make(0, batch=(2,), dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NonConvergenceWarning)
+        m, info = L.m_norms(X * big, w, return_info=True)
+        z = L.zeta(X * big, w)
+    assert torch.isfinite(m).all() and bool(info.converged.all()) and torch.isfinite(z).all()
+    tol = 1e-8 if dtype == torch.float64 else 1e-4
+    assert rel(m / big, L.m_norms(X, w)) <= tol  # ||M_l|| is linear in X
+    assert rel(L.xi(X.double() * 1e-3, w.to(DT)) * 1e3, L.xi(X.double(), w.to(DT))) <= 1e-12
+
+
+def test_tiny_inputs_do_not_underflow():
+    X, w = make(1, batch=(2,))
+    assert rel(L.m_norms(X * 1e-200, w) / 1e-200, L.m_norms(X, w)) <= 1e-8
+
+
+def test_generic_operator_scaled_in_both_methods():
+    g = torch.Generator().manual_seed(2)
+    M = torch.randn(3, 9, 6, dtype=DT, generator=g)
+    ref = torch.linalg.matrix_norm(M, 2)
+    for method in ("lanczos", "power"):
+        mv, rmv = matrix_ops(M * 1e250)
+        res = operator_norm(mv, rmv, (3, 6), 1, method=method, iters=5000)
+        assert bool(res.converged.all()) and rel(res.value / 1e250, ref) <= 1e-6, method
+
+
+def test_non_finite_result_is_flagged_not_converged():
+    bad = lambda v: v * float("nan")
+    with pytest.warns(NonConvergenceWarning, match="non-finite"):
+        res = top_singular_value(bad, bad, torch.ones(2, 4, dtype=DT), 1)
+    assert not bool(res.converged.any())
+    with pytest.warns(NonConvergenceWarning):
+        res = top_singular_value(bad, bad, torch.ones(2, 4, dtype=DT), 1, method="power")
+    assert not bool(res.converged.any())
+
+
+def test_deficient_start_vector_is_rechecked():
+    """A start that is another singular vector converges at once to the wrong value: rerun from a random start."""
+    M = torch.diag(torch.tensor([3.0, 2.0, 1.0, 0.5], dtype=DT))
+    mv, _ = matrix_ops(M)
+    v0 = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=DT)
+    res = top_singular_value(mv, mv, v0, 1)
+    assert abs(float(res.value) - 3.0) < 1e-10 and bool(res.restarted)
+    # m_norms: a start along a lower singular vector of the reduced operator is caught the same way
+    X, w = make(3, n=4, d=4, h=1)
+    ref = torch.stack([torch.linalg.matrix_norm(m_dense_matrix(X, w, 0), 2)])
+    Mx = m_dense_matrix(X, w, 0)
+    _, _, Vh = torch.linalg.svd(Mx)
+    v_low = Vh[1].reshape(1, 4, 4)  # second right singular vector
+    assert rel(L.m_norms(X, w, v0=v_low), ref) <= 1e-8
+
+
+# ---- reduced operators are exact ----------------------------------------------------------------------------
+@pytest.mark.parametrize("side", ["domain", "codomain"])
+@pytest.mark.parametrize("n,d,h", [(6, 8, 2), (3, 16, 2), (9, 6, 3)])
+def test_reduced_m_operator_equals_eq20(side, n, d, h):
+    X, w = make(4, n=n, d=d, h=h, scale=2.0)
+    dense = torch.stack([torch.linalg.matrix_norm(m_dense_matrix(X, w, l), 2) for l in range(h)])
+    m, info = L.m_norms(X, w, side=side, return_info=True)
+    assert rel(m, dense) <= 1e-10
+    # the returned vector is a unit top right singular vector of eq. 20 (row-major vec of G)
+    G = info.m.vector  # (h, n, d)
+    for l in range(h):
+        Mv = m_dense_matrix(X, w, l) @ G[l].reshape(-1)
+        assert abs(float(G[l].norm()) - 1) < 1e-10 and abs(float(Mv.norm()) - float(dense[l])) <= 1e-8 * dense[l]
+
+
+def test_side_choice_by_size():
+    X, w = make(5, n=40, d=8, h=2)
+    Q, K = L.query_key(X, w)
+    U, Rq, Rk = reduce_qk(w.wq, w.wk)
+    assert U.shape[-1] == 8  # r = min(d, 2 dh)
+    assert MGram((K @ Rq.mT).reshape(-1, 40, 8), (Q @ Rk.mT).reshape(-1, 40, 8)).side == "domain"
+    Xs = X[:3]
+    Q, K = L.query_key(Xs, w)
+    assert MGram((K @ Rq.mT).reshape(-1, 3, 8), (Q @ Rk.mT).reshape(-1, 3, 8)).side == "codomain"
+
+
+def test_deflation_batched_equals_per_sample():
+    X, w = make(6, n=7, d=12, h=3, scale=3.0, batch=(4,))
+    m, info = L.m_norms(X, w, return_info=True)
+    assert len(set(info.m.steps.flatten().tolist())) > 1  # operators stopped at different steps
+    per = torch.stack([L.m_norms(X[i], w) for i in range(4)])
+    assert rel(m, per) <= 1e-9
+
+
+def test_dtype_and_device_follow_input():
+    X, w = make(7, batch=(2,), dtype=torch.float32)
+    m, info = L.m_norms(X, w, return_info=True)
+    z, zi = L.zeta(X, w, return_info=True)
+    for t in (m, info.m.upper, info.m.vector, z, zi.zeta.upper, zi.zeta.vector):
+        assert t.dtype == torch.float32 and t.device == X.device
+
+
+# ---- certified upper estimates ------------------------------------------------------------------------------
+def test_kw_formulas():
+    # MATH.md §4 example: N = 151,296, delta = 1e-9, eps = 1e-2 -> k >= 137
+    assert kw_steps(151296, 1e-2, 1e-9) == 137
+    assert float(kw_epsilon(151296, 137, 1e-9)) <= 1e-2 < float(kw_epsilon(151296, 136, 1e-9))
+
+
+def _spectra(B, p, q, g):
+    """Random, clustered (top gap 1e-6, 1e-3), repeated and decaying spectra of p x q matrices: (B, p, q)."""
+    kinds = []
+    k = min(p, q)
+    for i in range(B):
+        c = i % 5
+        if c == 0:
+            s = torch.rand(k, dtype=DT, generator=g)
+        elif c == 1:
+            s = torch.linspace(1, 0.99, k, dtype=DT)
+            s[1] = 1 - 1e-6
+        elif c == 2:
+            s = 1 - 1e-3 * torch.rand(k, dtype=DT, generator=g)
+        elif c == 3:
+            s = torch.ones(k, dtype=DT)
+            s[k // 2:] = 0.5
+        else:
+            s = 0.7 ** torch.arange(k, dtype=DT)
+        kinds.append(s * 10 ** (4 * torch.rand(1, dtype=DT, generator=g) - 2))
+    S = torch.stack(kinds)
+    U, _ = torch.linalg.qr(torch.randn(B, p, p, dtype=DT, generator=g))
+    V, _ = torch.linalg.qr(torch.randn(B, q, q, dtype=DT, generator=g))
+    return U[..., :k] @ torch.diag_embed(S) @ V[..., :k].mT
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_certified_upper_dominates_dense_truth_on_thousands_of_cases(seed):
+    """KW upper estimates from stopped (10, 15 steps: Ritz values well below the truth) and restarted runs."""
+    g = torch.Generator().manual_seed(100 + seed)
+    M = _spectra(1000, 60, 40, g)  # N = 40, 1000 operators, 40 % of them with clustered tops
+    truth = torch.linalg.matrix_norm(M, 2)
+    mv, rmv = matrix_ops(M)
+    for krylov, iters in ((40, 10), (40, 15), (12, 400)):
+        res = operator_norm(mv, rmv, (1000, 40), 1, seed=seed, delta=1e-4, krylov=krylov, iters=iters,
+                            on_nonconvergence="ignore")
+        assert torch.isfinite(res.upper).all()  # eps < 1 at these k: a real (not infinite) estimate
+        assert (res.upper >= truth).all(), float((truth / res.upper).max())
+        assert (res.value <= truth * (1 + 1e-12)).all()
+        if iters == 10:
+            assert float((truth / res.value).max()) > 1 + 1e-3  # some Ritz values were far from converged
+
+
+def test_lofast_certified_upper_dominates_dense():
+    X, w = make(8, n=5, d=8, h=2, scale=2.0, batch=(60,))
+    X = X * torch.linspace(0.2, 3.0, 60, dtype=DT)[:, None, None]
+    _, zi = L.zeta(X, w, return_info=True, krylov=6)
+    _, mi = L.m_norms(X, w, return_info=True, krylov=6)
+    for b in range(60):
+        assert zi.zeta.upper[b] >= torch.linalg.matrix_norm(zeta_dense_matrix(X[b], w), 2)
+        for l in range(2):
+            assert mi.m.upper[b, l] >= torch.linalg.matrix_norm(m_dense_matrix(X[b], w, l), 2)
+    assert (mi.m.upper <= L.xi(X, w) * (1 + 1e-9)).all()  # capped by the deterministic eq. 21
