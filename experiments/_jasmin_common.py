@@ -12,6 +12,7 @@ paper, for Specformer).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Sequence
 
 TEXT_CORPUS = "alice"
@@ -137,3 +138,33 @@ def model_layers(cell: Dict[str, Any], ctx, offset: int = 0) -> List[tuple]:
         return vit_layers(model, x, list(cell["layers"]), ctx)
     return text_layers(cell, ctx)
 
+
+# ---- attention-map experiments (jasmin_attention_maps, jasmin_jsm_rows, jasmin_g1_ratio) ----------------------
+def maps_grids(extra: dict):
+    """(grid, quick, test) of the attention-map experiments: MiniLM on Alice windows and the baseline ViT."""
+    six, four = list(range(6)), list(range(4))
+    return ([{"model": ["minilm"], "n": [64], "count": [16], "layers": [six], **extra},
+             {"model": ["vit"], "count": [64], "layers": [four], **VIT_FULL, **extra}],
+            [{"model": ["minilm"], "n": [32], "count": [4], "layers": [six], **extra},
+             {"model": ["vit"], "count": [16], "layers": [four], **VIT_QUICK, **extra}],
+            [{"model": ["minilm"], "n": [8], "count": [1], "layers": [six], **extra},
+             {"model": ["vit"], "count": [2], "layers": [[0]], **VIT_TEST, **extra}])
+
+
+def query_of_interest(model: str, n: int) -> int:
+    """The query whose attention row is drawn: ViT centre patch (after cls), text middle token."""
+    if model == "vit":
+        side = int(round(math.sqrt(n - 1)))
+        return 1 + (side // 2) * side + side // 2
+    return n // 2
+
+
+def row_softmax_norms(P):
+    """(exact ||J_sm(P_i)||, g_1(P_i), g_1 / exact with NaN on one-hot rows) per row: (..., n, n) -> 3 x (..., n)."""
+    import torch
+
+    from harness.kernels.softmax import g_k, jsm_norm
+
+    ex, g1 = jsm_norm(P), g_k(P, 1)
+    ok = ex > 1e-12  # one-hot rows: exact = g_1 = 0, ratio undefined
+    return ex, g1, torch.where(ok, g1 / ex.clamp_min(1e-300), torch.full_like(ex, float("nan")))

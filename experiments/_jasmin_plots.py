@@ -2,6 +2,7 @@
 invalidate computed cells)."""
 from __future__ import annotations
 
+import math
 from typing import Dict, List
 
 
@@ -90,3 +91,110 @@ def leaderboard_summary(table) -> str:
               "added, on MiniLM, random GPT-2 and a small Fashion-MNIST ViT, per head and per layer. For causal GPT-2 "
               "LoFAST uses our causal option of harness.bounds.lofast (masked P in zeta; not in the LoFAST paper)."]
     return "\n".join(lines)
+
+
+def attention_map_figures(table, outdir) -> List:
+    """JaSMin Fig. 2: the attention row of the query of interest per layer/head, and full maps (MiniLM)."""
+    import numpy as np
+
+    from harness import plotting
+
+    paths = []
+    for name in sorted(set(table["model"])):
+        t = table[table["model"] == name]
+        m = t[t["map"] == "query"]
+        qrows = m[m["key"] == 0]
+        L, H = int(m["layer"].max()) + 1, int(m["head"].max()) + 1
+        n = int(m["n"].iloc[0])
+        q0 = int(m["query"].iloc[0])
+        fig, axes = plotting.figure(L, H, width=1.25 * H + 0.5, height=1.3 * L + 0.4, squeeze=False)
+        for r in range(L):
+            for c in range(H):
+                ax = axes[r, c]
+                row = m[(m["layer"] == r) & (m["head"] == c)].sort_values("key")["attn"].to_numpy()
+                qq = qrows[(qrows["layer"] == r) & (qrows["head"] == c)]
+                if name == "vit":
+                    side = int(round(math.sqrt(n - 1)))
+                    ax.imshow(row[1:].reshape(side, side), cmap="viridis")
+                    qi = q0 - 1
+                    ax.add_patch(__import__("matplotlib").patches.Rectangle(
+                        (qi % side - 0.5, qi // side - 0.5), 1, 1, fill=False, ec="black", lw=1.2))
+                else:
+                    ax.bar(np.arange(n), row, width=1.0, color=plotting.color("exact"))
+                    ax.axvline(q0, color=plotting.color("jasmin"), lw=0.8)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                ax.grid(False)
+                if len(qq):
+                    ax.set_title(f"{qq['jsm_exact'].iloc[0]:.3f} / {qq['g1'].iloc[0]:.3f}", fontsize=6)
+                if c == 0:
+                    ax.set_ylabel(f"layer {r}", fontsize=6)
+        fig.suptitle(f"{name}: attention of query {q0} (mean over samples); title = exact ||J_sm|| / g_1",
+                     fontsize=8)
+        paths += plotting.save(fig, outdir, f"attention_maps_{name}")
+
+        fm = t[t["map"] == "full"]
+        if len(fm):
+            Ls = sorted(set(fm["layer"].astype(int)))
+            fig, axes = plotting.figure(1, len(Ls), width=1.8 * len(Ls), height=2.0, squeeze=False)
+            for i, l in enumerate(Ls):
+                s = fm[fm["layer"] == l]
+                M = np.zeros((n, n))
+                M[s["query"].astype(int), s["key"].astype(int)] = s["attn"]
+                axes[0, i].imshow(M, cmap="viridis")
+                axes[0, i].set_title(f"layer {l}, head 0", fontsize=7)
+                axes[0, i].grid(False)
+                axes[0, i].set_xticks([])
+                axes[0, i].set_yticks([])
+            fig.suptitle(f"{name}: full attention maps of one Alice window (n = {n})", fontsize=8)
+            paths += plotting.save(fig, outdir, f"attention_full_{name}")
+
+    return paths
+
+
+def jsm_rows_figures(table, outdir) -> List:
+    """JaSMin Fig. 2 (curves): exact ||J_sm(P_i)|| and g_1(P_i) per query row, every layer/head."""
+    from harness import plotting
+
+    paths = []
+    for name in sorted(set(table["model"])):
+        qrows = table[table["model"] == name]
+        L, H = int(qrows["layer"].max()) + 1, int(qrows["head"].max()) + 1
+        fig, axes = plotting.figure(L, H, width=1.25 * H + 0.5, height=1.1 * L + 0.4, squeeze=False, sharey=True)
+        for r in range(L):
+            for c in range(H):
+                ax = axes[r, c]
+                s = qrows[(qrows["layer"] == r) & (qrows["head"] == c)].sort_values("query")
+                ax.plot(s["query"], s["g1"], color=plotting.color("g1"), lw=0.8, label="g_1")
+                ax.plot(s["query"], s["jsm_exact"], color=plotting.color("exact"), lw=0.8, ls="--", label="exact")
+                ax.set_xticks([])
+                ax.tick_params(labelsize=5)
+                if c == 0:
+                    ax.set_ylabel(f"layer {r}", fontsize=6)
+        axes[0, 0].legend(fontsize=5)
+        fig.suptitle(f"{name}: per query row, exact ||J_sm(P_i)|| (dashed) and g_1(P_i) (mean over samples)",
+                     fontsize=8)
+        paths += plotting.save(fig, outdir, f"jsm_vs_g1_{name}")
+
+    return paths
+
+
+def ratio_hist_figure(table, outdir) -> List:
+    """JaSMin Fig. 3: histogram of g_1(P_i) / ||J_sm(P_i)|| over every row of every sample."""
+    from harness import plotting
+
+    h = table
+    models = sorted(set(h["model"]))
+    fig, axes = plotting.figure(1, len(models), squeeze=False)
+    for i, name in enumerate(models):
+        s = h[h["model"] == name]
+        ax = axes[0, i]
+        ax.bar(s["bin_lo"], s["count"], width=(s["bin_hi"] - s["bin_lo"]), align="edge",
+               color=plotting.color("g1"))
+        ax.axvline(1.0, color="black", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xlabel("g_1(P_i) / ||J_sm(P_i)||")
+        ax.set_ylabel("rows")
+        ax.set_title(f"{name} (Fig. 3 analogue)")
+    return plotting.save(fig, outdir, "ratio_hist")
+

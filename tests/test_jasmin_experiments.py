@@ -10,7 +10,6 @@ SWEEP = ("jasmin_sweep", "jasmin_jacobian_norm", "jasmin_heatmaps", "jasmin_over
 
 
 def test_labels_regularizers_and_query():
-    from experiments.jasmin_attention_maps import query_of_interest
     from harness.models.regularizers import JaSMin, Specformer, for_method, method_label
 
     assert method_label("baseline") == "Baseline"
@@ -21,8 +20,8 @@ def test_labels_regularizers_and_query():
     assert isinstance(for_method("specformer", variant="v", lam=1e-3), Specformer)
     with pytest.raises(ValueError, match="method"):
         for_method("dropout")
-    assert query_of_interest("vit", 50) == 1 + 3 * 7 + 3
-    assert query_of_interest("minilm", 32) == 16
+    assert C.query_of_interest("vit", 50) == 1 + 3 * 7 + 3
+    assert C.query_of_interest("minilm", 32) == 16
 
 
 def test_grids_cover_the_issue():
@@ -48,7 +47,7 @@ def test_grids_cover_the_issue():
 
 
 def test_float64_only_experiments_say_why():
-    for name in ("jasmin_attention_maps", "jasmin_interlacing"):
+    for name in ("jasmin_g1_ratio", "jasmin_interlacing"):
         e = get_experiment(name)
         assert e.dtypes == ("float64",) and e.dtype_note
 
@@ -75,16 +74,24 @@ def _cell(name, **kw):
     return [c for c in cells if all(c.get(k) == v for k, v in kw.items())][0]
 
 
-def test_attention_maps_vit_test_scale(ctx, tmp_path, shared_data):
+def test_attention_map_family_vit_test_scale(ctx, tmp_path, shared_data):
     import pandas as pd
 
-    e = get_experiment("jasmin_attention_maps")
-    t = pd.DataFrame(e.run(_cell(e.name, model="vit"), ctx))
-    st = t[t["kind"] == "stats"].iloc[0]
+    cell = _cell("jasmin_g1_ratio", model="vit")
+    e = get_experiment("jasmin_g1_ratio")
+    t = pd.DataFrame(e.run(cell, ctx))
+    st = t.iloc[0]
     assert st["ratio_min"] >= 1 - 1e-9 and st["frac_below_1"] == 0
-    assert int(t[t["kind"] == "hist"]["count"].sum()) == st["rows_total"] - st["rows_onehot"]
-    assert len(e.figures(t, tmp_path)) >= 4
-    assert "g_1 >= exact on every row: yes" in e.summary(t)
+    assert int(t["count"].sum()) == st["rows_total"] - st["rows_onehot"]
+    assert e.figures(t, tmp_path) and "g_1 >= exact on every row: yes" in e.summary(t)
+    e = get_experiment("jasmin_jsm_rows")
+    rows = pd.DataFrame(e.run(_cell(e.name, model="vit"), ctx))
+    assert (rows["g1"] >= rows["jsm_exact"] * (1 - 1e-9)).all() and len(rows) == int(st["rows_total"]) // cell["count"]
+    assert e.figures(rows, tmp_path) and "yes" in e.summary(rows)
+    e = get_experiment("jasmin_attention_maps")
+    maps = pd.DataFrame(e.run(_cell(e.name, model="vit"), ctx))
+    assert set(maps["map"]) == {"query"} and abs(maps.groupby(["layer", "head"])["attn"].sum() - 1).max() < 1e-9
+    assert e.figures(maps, tmp_path) and e.summary(maps)
 
 
 def test_leaderboard_vit_test_scale(ctx, tmp_path, shared_data):
