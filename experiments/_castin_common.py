@@ -54,6 +54,13 @@ def radius_grid(**keys) -> list:
     return [dict(g, **{k: [v] for k, v in keys.items()}) for g in RADIUS_WEIGHTS]
 
 
+def radius_model_source(cell) -> str:
+    """model_source of a radius experiment's cell: the seeded random head, or the text model's weights."""
+    if cell["model"] == "random":
+        return "random-init:AttentionWeights.random(d=8,h=1,scale=2.0)"
+    return text.model_source(cell["model"], cell.get("pretrained", "auto"))
+
+
 def head_weights(cell, ctx) -> Tuple[AttentionWeights, str]:
     """(single-head bias-free AttentionWeights in float64 on ctx's device, label): model 'random' (d = 8, seeded,
     std 2/sqrt(d)) or a text model's layer cell["layer"], head of largest Prop. 3.4 gamma."""

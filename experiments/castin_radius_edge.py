@@ -30,6 +30,9 @@ class CastinRadiusEdge(Experiment):
     quick = [C.radius_grid(points=12, gr2_min=0.5, gr2_max=40.0)[0]]
     test = [C.radius_grid(points=6, gr2_min=0.5, gr2_max=40.0)[0]]
 
+    def model_source(self, cell: Dict[str, Any]) -> str:
+        return C.radius_model_source(cell)
+
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per gamma R^2."""
         w64, label = C.head_weights(cell, ctx)

@@ -35,6 +35,9 @@ class CastinRadiusLarge(Experiment):
     quick = [C.radius_grid(points=12, n=16, count=3, settle=40.0)[0]]
     test = [C.radius_grid(points=6, n=6, count=2, settle=40.0)[0]]
 
+    def model_source(self, cell: Dict[str, Any]) -> str:
+        return C.radius_model_source(cell)
+
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per (R, sequence)."""
         w, label = C.head_weights(cell, ctx)

@@ -28,6 +28,9 @@ class CastinRadiusQuadratic(Experiment):
     quick = [C.radius_grid(points=12, n=16, r_min=0.1, r_max=30.0)[0]]
     test = [C.radius_grid(points=6, n=6, r_min=0.1, r_max=30.0)[0]]
 
+    def model_source(self, cell: Dict[str, Any]) -> str:
+        return C.radius_model_source(cell)
+
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per radius."""
         w64, label = C.head_weights(cell, ctx)

@@ -91,7 +91,10 @@ def _hub_snapshot(name: str) -> Optional[str]:
     except ImportError:
         return None
     for f in WEIGHT_FILES:
-        p = try_to_load_from_cache(name, f)
+        try:
+            p = try_to_load_from_cache(name, f)
+        except Exception:  # not a valid repo id (e.g. a local name): no hub weights
+            return None
         if isinstance(p, str):
             return p.rsplit("/", 2)[0]
     return None
