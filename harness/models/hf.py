@@ -1,7 +1,8 @@
 """Hugging Face text models (MiniLM, BERT, GPT-2) as AttentionWeights plus the exact self-attention inputs X.
 
 Loading lives in harness.models.text (model_source, load, capture); this module maps a loaded model to
-AttentionWeights and hooks its layers. Conventions (MATH.md §0): x -> x W on row vectors, heads contiguous on the projection's output axis.
+AttentionWeights and hooks its layers. Conventions (MATH.md §0): x -> x W on row vectors, heads contiguous
+on the projection's output axis.
 BERT/MiniLM (post-LN): X = hidden state entering the layer; F(X) = attention.output.dense(attention.self(X)),
 i.e. before dropout, residual and LayerNorm. GPT-2 (pre-LN): X = ln_1 output; F(X) = attn(X) = c_proj(...),
 causal. Models are always in eval() mode with attn_implementation="eager".
@@ -9,7 +10,7 @@ causal. Models are always in eval() mode with attn_implementation="eager".
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional
 
 import torch
 
@@ -28,22 +29,9 @@ def load_text_model(name: str, pretrained: Optional[bool] = None, seed: int = 0,
     return tm.model, tm.tokenizer, tm.info
 
 
-def minilm_path() -> str:
-    from harness.models.text import minilm_path as f
-
-    return f()
-
-
 def bert_tokenizer():
     """BERT uncased WordPiece tokenizer (harness.models.text.bert_tokenizer)."""
     from harness.models.text import bert_tokenizer as f
-
-    return f()
-
-
-def gpt2_tokenizer():
-    """GPT-2 byte-level BPE tokenizer (harness.models.text.gpt2_tokenizer)."""
-    from harness.models.text import gpt2_tokenizer as f
 
     return f()
 
