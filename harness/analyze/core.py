@@ -1,0 +1,231 @@
+"""`analyze(model, inputs, ...)`: every registered bound and the true local Lipschitz constant of every requested
+attention layer and head of a model at its actual inputs, as one tidy DataFrame.
+
+Rows: one per (input, layer, head, method); head = -1 is the whole multi-head layer F, head l the map f_l
+(harness.bounds.registry's HEAD_MAP / LAYER_MAP; biases as the model has them, no residual, no LayerNorm).
+Columns: input, n_tokens, layer, head, scope, method, kind (upper / lower / exact / info), bounds (what the value
+bounds: "local" = the local Lipschitz constant ||J(X)|| = `truth`; "eps-ball" = sup_{||X'-X||_F <= eps}
+||F(X') - F(X)||_F / eps; "ball" = Lip(f_l on B_R^n), R = max token norm), value, truth, ratio = value/truth,
+converged, guaranteed, sound, user (a plug-in bound).
+Soundness: a "local" upper bound below the truth (registry.SOUND_RTOL) is unsound; an "eps-ball" upper bound is
+checked against PGD at the same eps, the "ball" lower bound (Prop. 3.4) against Castin's upper bound.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Callable, Iterable, List, Optional, Sequence, Union
+
+import torch
+
+from harness.analyze.inputs import load_model, model_inputs
+from harness.bounds import castin, lofast, registry
+from harness.kernels.layer import TOL, layer_operator, stack_heads
+from harness.kernels.power import default_tol, top_singular_value
+from harness.models.adapters import adapter_for, lengths
+
+Tensor = torch.Tensor
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+ENTRY_POINT_GROUP = "attnlip.bounds"
+EXTRA = {  # methods computed here beside the registry: name -> (scope, kind, bounds, label)
+    "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - delta)"),
+    "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
+    "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
+    "prop34": ("head", "lower", "ball", "Castin Prop. 3.4 lower bound on B_R^n (bias-free map)"),
+    "gamma_R2": ("head", "info", "ball", "Castin gamma R^2 (bias-free A)"),
+    "log10_n_star": ("head", "info", "ball", "log10 n* = gamma R^2 / ln 10 (sqrt(n) growth below n*)"),
+}
+
+
+class AnalyzeState(registry.InputState):
+    """registry.InputState whose Lanczos truths start from a Gaussian drawn before looking, so they also carry
+    the Kuczynski-Wozniakowski certified upper estimate (probability >= 1 - delta over the start; MATH.md §4)."""
+
+    def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
+                 delta: float = 1e-6, seed: int = 0):
+        super().__init__(X, w, causal, tol, iters)
+        self.delta, self.seed, self.upper = float(delta), int(seed), {}
+
+    def _truth(self, X: Tensor, w) -> "object":
+        tol = self.tol if self.tol is not None else (TOL if X.dtype == torch.float64 else default_tol(X.dtype))
+        matvec, rmatvec = layer_operator(X, w, self.causal)
+        g = torch.Generator(device=X.device).manual_seed(self.seed)
+        v0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g)
+        return top_singular_value(matvec, rmatvec, v0, event_dims=2, iters=self.iters, tol=tol,
+                                  on_nonconvergence="ignore", krylov=30, random_start=True, delta=self.delta)
+
+    @functools.cached_property
+    def truth_head(self) -> Tensor:
+        X, w = self.X, self.w
+        Xh = X.unsqueeze(-3).expand(*X.shape[:-2], w.h, *X.shape[-2:])  # (..., h, n, d)
+        res = self._truth(Xh, stack_heads(w, range(w.h), bias=True))
+        self.converged["truth_head"] = res.converged.all(-1)
+        self.upper["head"] = res.upper
+        return res.value
+
+    @functools.cached_property
+    def truth_layer(self) -> Tensor:
+        res = self._truth(self.X, self.w)
+        self.converged["truth_layer"] = res.converged
+        self.upper["layer"] = res.upper
+        return res.value
+
+
+# ---- plug-in bounds -----------------------------------------------------------------------------------------
+def register_plugin(fn: Union[str, Callable]) -> str:
+    """Register a user bound ("module:function" or a callable) in the bound registry; returns its name.
+    The function takes (X, w) or (X, w, causal=...) and returns per-head (..., h) values, or per-layer (...,) if
+    it has an attribute `scope = "layer"`; `bound_name` overrides its name."""
+    if isinstance(fn, str):
+        fn = registry.load_function(fn)
+    name = getattr(fn, "bound_name", None) or getattr(fn, "__name__", "plugin")
+    registry.register_bound(fn, name=name, scope=getattr(fn, "scope", "head"), replace=True)
+    return name
+
+
+def entry_point_plugins() -> List[str]:
+    """Register every bound an installed package declares in the entry-point group `attnlip.bounds`
+    (each entry point loads a bound function, or a list of them); returns their names."""
+    from importlib.metadata import entry_points
+
+    names = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        obj = ep.load()
+        for fn in obj if isinstance(obj, (list, tuple)) else [obj]:
+            names.append(register_plugin(fn))
+    return names
+
+
+# ---- the extra methods ------------------------------------------------------------------------------------------
+def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int) -> dict:
+    """{(method, scope): (values (G, h) or (G,), guaranteed (G,) bool)} for EXTRA."""
+    X, w = s.X, s.w
+    G = X.shape[0]
+    yes = torch.ones(G, dtype=torch.bool)
+    out = {}
+    for scope in ("head", "layer"):
+        _ = s.truth_head if scope == "head" else s.truth_layer
+        out[("truth_upper", scope)] = (s.upper[scope], yes)
+    e = float(eps)
+    if e > 0:
+        rest = (s.m_fine + w.B_norm() * e) * (s.value_norm + s.VO_norm * e)  # (G, h)
+        out[("lofast_delta", "layer")] = (s.zeta + rest.sum(-1) / math.sqrt(w.dh), yes)
+        if not s.causal:
+            with torch.enable_grad():
+                pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=pgd_restarts,
+                                            seed=seed)
+            out[("pgd", "layer")] = (pg / e, yes)
+    if not s.causal:
+        R = X.norm(dim=-1).amax(-1)  # (G,)
+        w0 = registry.AttentionWeights(w.wq, w.wk, w.wv, w.wo)  # Prop. 3.4 is for the bias-free map
+        ch = castin.prop34_choice(w0)
+        g = torch.stack([torch.tensor(float("nan"), dtype=X.dtype) if c is None else c["gamma"].cpu() for c in ch])
+        gr2 = g.to(X.device) * R[:, None] ** 2  # (G, h)
+        no_bias = torch.full((G,), not w.has_bias, dtype=torch.bool)
+        out[("prop34", "head")] = (castin.lower_bound(w0, X.shape[-2], R, choices=ch), no_bias)
+        out[("gamma_R2", "head")] = (gr2, yes)
+        out[("log10_n_star", "head")] = (gr2 / math.log(10), yes)
+    return out
+
+
+def _rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Sequence[dict]) -> List[dict]:
+    rows = []
+    for (name, scope), (val, ok) in extra.items():
+        _, kind, bounds, _ = EXTRA[name]
+        truth = ev.truth(scope).detach().cpu()
+        tconv = s.all_converged(["truth_" + scope]).cpu()
+        val = val.detach().cpu()
+        ref = None  # what the soundness of this row is checked against
+        if bounds == "local":
+            ref = truth
+        elif name == "lofast_delta" and ("pgd", "layer") in extra:
+            ref = extra[("pgd", "layer")][0].detach().cpu()
+        elif name == "prop34" and ("castin", "head") in ev.values:
+            ref = ev.values[("castin", "head")].detach().cpu()
+        for b in range(val.shape[0]):
+            v_b = val[b].reshape(-1).tolist()
+            t_b = truth[b].reshape(-1).tolist()
+            for j, v in enumerate(v_b):
+                sound = True
+                if ref is not None and bool(ok[b]):
+                    r = float(ref[b].reshape(-1)[j])
+                    tol = registry.SOUND_RTOL * abs(r)
+                    sound = not (v < r - tol) if kind == "upper" else not (v > r + tol)
+                t = t_b[j]
+                rows.append(dict(meta[b], scope=scope, head=j if scope == "head" else -1, method=name, kind=kind,
+                                 bounds=bounds, value=v, truth=t, ratio=v / t if t > 0 else float("nan"),
+                                 converged=bool(tconv[b]), guaranteed=bool(ok[b]), sound=bool(sound), user=False))
+    return rows
+
+
+# ---- the front door ---------------------------------------------------------------------------------------------
+def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = None, dtype="float64",
+            device="cpu", eps: float = 1e-2, methods: Optional[Iterable[str]] = None,
+            bounds: Sequence[Union[str, Callable]] = (), entry_points: bool = True, max_tokens: Optional[int] = None,
+            pgd_steps: int = 20, pgd_restarts: int = 1, delta: float = 1e-6, tol: Optional[float] = None,
+            iters: int = 2000, seed: int = 0, progress: bool = False, timings: Optional[dict] = None):
+    """Every registered bound + the truth for each requested layer and head of `model` at `inputs`: a DataFrame.
+
+    model: a torch module (Hugging Face BERT/RoBERTa/DistilBERT/ALBERT/ELECTRA/GPT-2/ViT, or any module using
+    torch.nn.MultiheadAttention as self-attention), an alias ("minilm"), a save_pretrained folder or a cached
+    hub name. inputs: a text or list of texts (batched, right padding; needs `tokenizer` unless the model came
+    by name), a dict of model keyword arguments, a pixel_values tensor (ViT) or the module's positional input.
+    layers: indices (default all). dtype/device: where the bounds are computed (the forward pass runs in the
+    model's own weights). eps: Theorem 1's radius for lofast_delta and pgd (0 skips them). methods: registry
+    names to evaluate (default all registered). bounds: plug-ins ("module:function" or callables) added to the
+    registry and checked against the truth. delta: failure probability of truth_upper. `timings`, if given, is
+    filled with wall times (forward, per layer, total).
+    """
+    import pandas as pd
+
+    t0 = time.perf_counter()
+    dt = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    dev = torch.device(device)
+    plugin_names = [register_plugin(b) for b in bounds]
+    if entry_points:
+        plugin_names += entry_point_plugins()
+    mdl, tok, source = load_model(model, dev)
+    adapter = adapter_for(mdl)
+    call, mask, labels = model_inputs(mdl, inputs, tokenizer or tok, max_tokens, dev)
+    L = adapter.n_layers
+    layers = list(range(L)) if layers is None else [int(l) % L for l in layers]
+    got = adapter.capture(call, layers)["inputs"]
+    causal = adapter.causal
+    B, n = next(iter(got.values())).shape[:2]
+    lens = lengths(mask, B, n)
+    groups = {}
+    for b, ln in enumerate(lens):
+        groups.setdefault(ln, []).append(b)
+    names = None if methods is None else list(dict.fromkeys([*methods, *plugin_names]))
+    t_fwd = time.perf_counter() - t0
+    rows, per_layer = [], {}
+    it = layers
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(layers, desc="layers", unit="layer")
+    for l in it:
+        tl = time.perf_counter()
+        w = adapter.layer_weights(l, dt).to(device=dev)
+        for ln, idx in groups.items():
+            X = got[l][idx, :ln].to(device=dev, dtype=dt)  # (G, n_b, d): the real tokens only
+            s = AnalyzeState(X, w, causal, tol, iters, delta, seed)
+            ev = registry.evaluate(X, w, causal, names=names, state=s)
+            meta = [dict(input=b, text=labels[b] if b < len(labels) else f"input {b}", n_tokens=ln, layer=l)
+                    for b in idx]
+            for r in ev.rows():
+                r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
+                rows.append(r)
+            rows += _rows_extra(s, ev, _extra(s, eps, pgd_steps, pgd_restarts, seed), meta)
+        per_layer[l] = time.perf_counter() - tl
+    cols = ["input", "text", "n_tokens", "layer", "head", "scope", "method", "kind", "bounds", "value", "truth",
+            "ratio", "converged", "guaranteed", "sound", "user"]
+    df = pd.DataFrame(rows, columns=cols).sort_values(["input", "layer", "head", "method"], kind="stable")
+    df = df.reset_index(drop=True)
+    df.attrs.update(model=str(model) if not isinstance(model, torch.nn.Module) else type(model).__name__,
+                    source=source, architecture=adapter.name, causal=causal, dtype=str(dt).replace("torch.", ""),
+                    device=str(dev), eps=eps, delta=delta, layers=layers, n_layers=L, plugins=plugin_names)
+    if timings is not None:
+        timings.update(forward_s=t_fwd, layers_s=per_layer, total_s=time.perf_counter() - t0)
+    return df

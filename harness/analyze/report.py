@@ -1,0 +1,165 @@
+"""What `attnlip analyze` writes and prints: table.csv/.parquet, distribution.csv, heatmap.png, layers.png,
+summary.md, report.json, and the compact per-layer table. Reads the DataFrame of harness.analyze.core only."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import List
+
+import numpy as np
+
+SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin", "jasmin": "JaSMin",
+         "jasmin_g1": "JaSMin-g1", "lofast_fine": "LoF-fine", "lofast_coarse": "LoF-coarse",
+         "lofast_sharp": "LoF-sharp", "lofast_naive": "LoF-naive", "lofast_delta": "LoF-delta", "pgd": "PGD"}
+
+
+def _layer_methods(df) -> List[str]:
+    d = df[(df["scope"] == "layer") & (df["kind"].isin(["exact", "upper", "lower"]))]
+    return list(dict.fromkeys(d["method"]))
+
+
+def unsound(df):
+    return df[~df["sound"]]
+
+
+def distribution(df):
+    """Per (layer, head, method): inputs, median and worst ratio (worst: largest for upper bounds, smallest for
+    lower ones), min ratio, median value and truth over the inputs."""
+    g = df.groupby(["layer", "head", "method", "kind"], sort=False)
+    out = g.agg(inputs=("input", "nunique"), median_ratio=("ratio", "median"), max_ratio=("ratio", "max"),
+                min_ratio=("ratio", "min"), median_value=("value", "median"), median_truth=("truth", "median"),
+                sound=("sound", "all")).reset_index()
+    out["worst_ratio"] = np.where(out["kind"] == "lower", out["min_ratio"], out["max_ratio"])
+    return out
+
+
+def layer_table(df) -> str:
+    """Compact per-layer text table: truth and the ratio of each layer-scope bound (median over inputs;
+    'median/worst' when several inputs)."""
+    d = df[df["scope"] == "layer"]
+    methods = [m for m in _layer_methods(df) if m != "truth"]
+    many = d["input"].nunique() > 1
+    head = ["layer", "n", "truth"] + [SHORT.get(m, m) for m in methods]
+    lines = []
+    for l, dl in d.groupby("layer"):
+        t = dl[dl["method"] == "truth"]
+        row = [str(l), str(int(t["n_tokens"].median())), f"{t['value'].median():.4g}"]
+        for m in methods:
+            r = dl[dl["method"] == m]["ratio"]
+            kind = dl[dl["method"] == m]["kind"].iloc[0]
+            worst = r.min() if kind == "lower" else r.max()
+            cell = f"{r.median():.3g}" + (f"/{worst:.3g}" if many else "")
+            if not dl[dl["method"] == m]["sound"].all():
+                cell += "!"
+            row.append(cell)
+        lines.append(row)
+    w = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]
+    fmt = lambda r: "  ".join(c.rjust(w[i]) for i, c in enumerate(r))
+    note = "ratio = bound / true ||J|| of the layer" + (" (median/worst over inputs)" if many else "")
+    return "\n".join([note + "; '!' = below the truth somewhere (unsound)", fmt(head), *map(fmt, lines)])
+
+
+def heatmap(df, path) -> None:
+    """Layers x heads, log10 ratio (median over inputs) per head-scope upper bound."""
+    import matplotlib.pyplot as plt
+
+    d = df[(df["scope"] == "head") & (df["kind"] == "upper")]
+    methods = list(dict.fromkeys(d["method"]))
+    if not methods:
+        return
+    cols = min(4, len(methods))
+    rows = math.ceil(len(methods) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols + 1, 2.6 * rows + 0.8), squeeze=False,
+                             constrained_layout=True)
+    med = d.groupby(["method", "layer", "head"])["ratio"].median()
+    fin = np.log10(med[np.isfinite(med) & (med > 0)])
+    lo, hi = (float(fin.min()), float(fin.max())) if len(fin) else (0.0, 1.0)
+    for ax, m in zip(axes.flat, methods):
+        t = med[m].unstack("head")
+        im = ax.imshow(np.log10(t.values.clip(1e-12)), aspect="auto", cmap="viridis", vmin=lo, vmax=hi)
+        ax.set_title(SHORT.get(m, m), fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_yticks(range(len(t.index)), [str(i) for i in t.index])
+    for ax in list(axes.flat)[len(methods):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes.ravel().tolist(), label="log10(bound / true ||J_head||)")
+    fig.suptitle("Per-head tightness: bound / true local Lipschitz constant (median over inputs)", fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+STYLES = [dict(color=c, ls=ls, marker=mk, ms=4) for ls, mk in (("-", "o"), ("--", "s"), (":", "^"))
+          for c in ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")]
+
+
+def layer_plot(df, path) -> None:
+    """Value per layer (median over inputs) of every layer-scope bound beside the truth, log scale."""
+    import matplotlib.pyplot as plt
+
+    d = df[df["scope"] == "layer"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, m in enumerate(_layer_methods(df)):
+        s = d[d["method"] == m].groupby("layer")["value"].median()
+        style = dict(color="black", lw=2.5) if m == "truth" else STYLES[i % len(STYLES)]
+        ax.plot(s.index, s.values, label=SHORT.get(m, m), **style)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("local Lipschitz bound (median over inputs)")
+    ax.set_title("Attention layers: bounds vs the true ||J_F(X)||")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary_md(df, meta: dict) -> str:
+    bad = unsound(df)
+    dist = distribution(df)
+    lines = [f"# attnlip analyze: {meta.get('model')}", "",
+             f"- weights: `{meta.get('source')}` ({meta.get('architecture')}, causal={meta.get('causal')})",
+             f"- inputs: {df['input'].nunique()}, tokens per input: {sorted(set(df['n_tokens']))}",
+             f"- layers: {meta.get('layers')}, dtype {meta.get('dtype')}, device {meta.get('device')}, "
+             f"eps = {meta.get('eps')}, delta = {meta.get('delta')}",
+             f"- wall time: {meta.get('total_s', float('nan')):.1f} s", ""]
+    if len(bad):
+        names = sorted(set(bad["method"]))
+        lines += [f"## UNSOUND: {', '.join(names)}", "",
+                  f"{len(bad)} row(s) below the truth (upper bounds) or above their reference (lower bounds):", "",
+                  "| method | input | layer | head | value | truth |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r.method} | {r.input} | {r.layer} | {r.head} | {r.value:.6g} | {r.truth:.6g} |"
+                  for r in bad.head(50).itertuples()]
+        lines.append("")
+    else:
+        lines += ["All bounds sound at every input (upper bounds >= the truth, lower bounds <= their reference).", ""]
+    lines += ["## Tightness per method (ratio = value / truth over every input, layer and head)", "",
+              "| method | scope | kind | bounds | median ratio | worst ratio |", "|---|---|---|---|---|---|"]
+    for (m, sc), g in df[df["kind"] != "info"].groupby(["method", "scope"], sort=False):
+        kind, bounds = g["kind"].iloc[0], g["bounds"].iloc[0]
+        worst = g["ratio"].min() if kind == "lower" else g["ratio"].max()
+        lines.append(f"| {m} | {sc} | {kind} | {bounds} | {g['ratio'].median():.4g} | {worst:.4g} |")
+    lines += ["", "## Per layer", "", "```", layer_table(df), "```", "",
+              f"Per-head distribution over inputs: distribution.csv ({len(dist)} rows). "
+              "Figures: heatmap.png (layers x heads), layers.png."]
+    return "\n".join(lines) + "\n"
+
+
+def write(df, outdir, meta: dict) -> dict:
+    """Write every output into `outdir`; returns the report dict (also report.json)."""
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "table.csv", index=False)
+    df.to_parquet(out / "table.parquet", index=False)
+    distribution(df).to_csv(out / "distribution.csv", index=False)
+    heatmap(df, out / "heatmap.png")
+    layer_plot(df, out / "layers.png")
+    (out / "summary.md").write_text(summary_md(df, meta))
+    bad = unsound(df)
+    rep = dict(meta, sound=bool(len(bad) == 0), unsound_methods=sorted(set(bad["method"])),
+               inputs=int(df["input"].nunique()), rows=int(len(df)),
+               methods={m: dict(median_ratio=float(g["ratio"].median()), max_ratio=float(g["ratio"].max()),
+                                min_ratio=float(g["ratio"].min()), sound=bool(g["sound"].all()))
+                        for m, g in df[df["scope"] == "layer"].groupby("method")})
+    (out / "report.json").write_text(json.dumps(rep, indent=2, default=str))
+    return rep
