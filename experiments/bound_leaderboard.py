@@ -9,6 +9,9 @@ limit fine / coarse / sharpened / naive, and any plug-in registered with registe
 per-head bounds are the sum over heads. One row per (model, n, layer, sample, scope, head, method): value,
 truth, ratio, converged, guaranteed (False where a bound only holds in some regime and X is outside it: Kim),
 sound (False only for a guaranteed upper bound below the truth).
+Plug-in bounds: the grid key `plugins` lists "module:function" specs (registry.register_bound: fn(X, w, causal)
+-> (..., h) per head), e.g. `run_all.py bound_leaderboard --set 'plugins=[["mypkg.bounds:my_bound"]]'`; they join
+the table beside the published ones and the summary names any that falls below the truth.
 """
 from __future__ import annotations
 
@@ -26,14 +29,14 @@ class BoundLeaderboard(Experiment):
 
     name = "bound_leaderboard"
     figures_ref = ["JaSMin (Yudin et al.) Fig. 6 (extended to all bounds and models)"]
-    grid = [{"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": [MINILM_LAYERS]},
-            {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": [GPT2_LAYERS]},
-            {"model": ["vit"], "count": [8], "layers": [VIT_LAYERS], **C.VIT_FULL}]
-    quick = [{"model": ["minilm"], "n": [16, 32], "count": [2], "layers": [MINILM_LAYERS]},
-             {"model": ["gpt2"], "n": [16], "count": [1], "layers": [[0, 11]]},
-             {"model": ["vit"], "count": [4], "layers": [VIT_LAYERS], **C.VIT_QUICK}]
-    test = [{"model": ["minilm"], "n": [8], "count": [1], "layers": [[0]]},
-            {"model": ["vit"], "count": [1], "layers": [[0]], **C.VIT_TEST}]
+    grid = [{"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": [MINILM_LAYERS], "plugins": [[]]},
+            {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": [GPT2_LAYERS], "plugins": [[]]},
+            {"model": ["vit"], "count": [8], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_FULL}]
+    quick = [{"model": ["minilm"], "n": [16, 32], "count": [2], "layers": [MINILM_LAYERS], "plugins": [[]]},
+             {"model": ["gpt2"], "n": [16], "count": [1], "layers": [[0, 11]], "plugins": [[]]},
+             {"model": ["vit"], "count": [4], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_QUICK}]
+    test = [{"model": ["minilm"], "n": [8], "count": [1], "layers": [[0]], "plugins": [[]]},
+            {"model": ["vit"], "count": [1], "layers": [[0]], "plugins": [[]], **C.VIT_TEST}]
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch
@@ -41,7 +44,8 @@ class BoundLeaderboard(Experiment):
         from harness.bounds import registry
 
         rows: List[Dict[str, Any]] = []
-        names = [n for n in registry.bound_names() if n != "truth"]
+        plugins = [b.name for spec in cell.get("plugins", []) for b in registry.register_bound(spec, replace=True)]
+        names = [n for n in registry.bound_names() if n != "truth" and (not registry.get_any(n).user or n in plugins)]
         for l, X, w, causal in C.model_layers(cell, ctx, offset=100):
             ev = registry.evaluate(X, w, causal=causal, names=names)
             xn = torch.linalg.matrix_norm(X, ord=2).reshape(-1).tolist()  # (B,)

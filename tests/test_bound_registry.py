@@ -95,9 +95,11 @@ def test_lofast_entries_equal_the_paper_functions():
 
 
 def test_attention_maps_computed_once(monkeypatch):
+    from harness.bounds import input_state
+
     calls = []
-    real = R.probs
-    monkeypatch.setattr(R, "probs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = input_state.probs
+    monkeypatch.setattr(input_state, "probs", lambda *a, **k: calls.append(1) or real(*a, **k))
     X, w = _case(6)
     R.evaluate(X, w, names=["jasmin", "jasmin_g1", "lofast_fine", "lofast_naive"])
     assert len(calls) == 1
@@ -141,6 +143,8 @@ def test_user_bound_plugin_sound_and_unsound():
             R.evaluate(X, w, names=["bad_shape"])
         with pytest.raises(ValueError, match="module:function"):
             R.register_bound("no_colon")
+        with pytest.raises(ValueError, match="built-in"):
+            R.register_bound(twice_castin, name="castin")
     finally:
         for n in ("twice_castin", "too_small", "bad_shape"):
             R.unregister_bound(n)

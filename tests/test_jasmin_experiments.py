@@ -121,3 +121,26 @@ def test_sweep_family_test_scale(ctx, tmp_path, shared_data):
         t = pd.DataFrame(e.run(_cell(name, **cell), ctx))
         assert len(t) and check(t), name
         assert e.figures(t, tmp_path) and e.summary(t), name
+
+
+def test_leaderboard_plugins(ctx, tmp_path, shared_data, monkeypatch):
+    import pandas as pd
+
+    from harness.bounds import registry
+
+    (tmp_path / "my_plugin_bounds.py").write_text(
+        "import torch\n"
+        "from harness.bounds import castin\n"
+        "def doubled(X, w, causal=False):\n    return 2 * castin.bound(X, w, causal)\n"
+        "def too_small(X, w, causal=False):\n    return torch.zeros(*X.shape[:-2], w.h, dtype=X.dtype)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    e = get_experiment("bound_leaderboard")
+    cell = dict(_cell(e.name, model="vit"), plugins=["my_plugin_bounds:doubled", "my_plugin_bounds:too_small"])
+    try:
+        t = pd.DataFrame(e.run(cell, ctx))
+    finally:
+        for n in ("doubled", "too_small"):
+            registry.unregister_bound(n)
+    assert {"doubled", "too_small", "jasmin"} <= set(t["method"])
+    assert t[t["method"] == "doubled"]["sound"].all() and not t[t["method"] == "too_small"]["sound"].any()
+    assert "too_small" in e.summary(t) and "jasmin" not in set(t[~t["sound"]]["method"])

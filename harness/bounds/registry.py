@@ -13,12 +13,12 @@ A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality;
 entries are registered with `from_heads=True`.
 
 `evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing the
-validated and cast inputs, the attention maps P, the weight norms and the power iterations (`InputState`), and
+validated and cast inputs, the attention maps P, the weight norms and the power iterations (`InputState`,
+harness.bounds.input_state), and
 returns an `Evaluation` (values, truth, converged and guaranteed flags; `.rows()` gives a tidy table).
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -26,11 +26,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from harness.bounds import castin, jasmin, kim, lofast
-from harness.kernels.attention import AttentionWeights, augment_input, check_input, probs
-from harness.kernels.layer import lipschitz as layer_lipschitz
-from harness.kernels.layer import stack_heads
-from harness.kernels.linalg import spec
+from harness.bounds import castin, jasmin, kim
+from harness.bounds.input_state import InputState
+from harness.kernels.attention import AttentionWeights
 
 Tensor = torch.Tensor
 
@@ -38,97 +36,6 @@ SCOPES = ("head", "layer")
 KINDS = ("upper", "lower", "exact")
 HEAD_MAP = "f_l(X) = P_l(X) (X wv_l + bv_l) wo_l"
 LAYER_MAP = "F(X) = sum_l f_l(X) + bo"
-
-
-# ---- one input state: everything computed once ---------------------------------------------------------------
-class InputState:
-    """(X, w, causal) validated and cast once, with the quantities several bounds share computed lazily once.
-
-    X: (..., n, d); w is moved to X's dtype and device. Power iterations use `tol` (None: the dtype's default)
-    and at most `iters` operator applications; their convergence flags are kept (`converged`).
-    """
-
-    def __init__(self, X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
-                 iters: int = 2000):
-        if not isinstance(w, AttentionWeights):
-            raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
-        check_input(X, w.d)
-        if w.dtype != X.dtype or w.device != X.device:
-            w = w.to(dtype=X.dtype, device=X.device)
-        self.X, self.w, self.causal = X.detach(), w, bool(causal)
-        self.tol, self.iters = tol, int(iters)
-        self.converged: Dict[str, Tensor] = {}  # quantity -> (...,) bool of its power iterations
-
-    @property
-    def power(self) -> dict:
-        return dict(tol=self.tol, iters=self.iters, on_nonconvergence="ignore")
-
-    @functools.cached_property
-    def P(self) -> Tensor:
-        """Attention maps (..., h, n, n) (biases and mask included; the Remark 2 layer has the same maps)."""
-        return probs(self.X, self.w, self.causal)
-
-    @functools.cached_property
-    def P_norm(self) -> Tensor:
-        """||P_l|| (..., h)."""
-        return spec(self.P)
-
-    @functools.cached_property
-    def VO_norm(self) -> Tensor:
-        """||VO_l|| (h,) of the unaugmented weights (bv cancels in every Delta_1-type term)."""
-        return self.w.VO_norm()
-
-    @functools.cached_property
-    def jasmin_terms(self) -> dict:
-        """JaSMin Theorem 3's factors (harness.bounds.jasmin.bound_terms) with the shared P."""
-        return jasmin.bound_terms(self.X, self.w, self.causal, P=self.P)
-
-    @functools.cached_property
-    def value_norm(self) -> Tensor:
-        """||(X wv_l + bv_l) wo_l|| (..., h) (LoFAST's ||X VO_l||)."""
-        return lofast.delta22(self.X, self.w, 0.0)
-
-    @functools.cached_property
-    def zeta(self) -> Tensor:
-        """LoFAST Lemma 1 (no residual, masked P when causal): (...,)."""
-        z, info = lofast.zeta(self.X, self.w, residual=False, causal=self.causal, return_info=True, **self.power)
-        self.converged["zeta"] = info.converged
-        return z
-
-    @functools.cached_property
-    def m_fine(self) -> Tensor:
-        """LoFAST Lemma 2, exact ||M_l(X)||: (..., h)."""
-        m, info = lofast.m_norms(self.X, self.w, return_info=True, **self.power)
-        self.converged["m"] = info.converged
-        return m
-
-    @functools.cached_property
-    def m_coarse(self) -> Tensor:
-        """LoFAST eq. 21, xi_l: (..., h)."""
-        return lofast.xi(self.X, self.w)
-
-    @functools.cached_property
-    def truth_head(self) -> Tensor:
-        """||J_{f_l}(X)|| per head (Lanczos on every head at once, kernels.layer): (..., h)."""
-        X, w = self.X, self.w
-        Xh = X.unsqueeze(-3).expand(*X.shape[:-2], w.h, *X.shape[-2:])  # (..., h, n, d)
-        res = layer_lipschitz(Xh, stack_heads(w, range(w.h), bias=True), self.causal, tol=self.tol, iters=self.iters)
-        self.converged["truth_head"] = res.converged.all(-1)
-        return res.value
-
-    @functools.cached_property
-    def truth_layer(self) -> Tensor:
-        """||J_F(X)|| of the whole layer (no residual): (...,)."""
-        res = layer_lipschitz(self.X, self.w, self.causal, tol=self.tol, iters=self.iters)
-        self.converged["truth_layer"] = res.converged
-        return res.value
-
-    def all_converged(self, keys: Iterable[str]) -> Tensor:
-        out = torch.ones(self.X.shape[:-2], dtype=torch.bool, device=self.X.device)
-        for k in keys:
-            if k in self.converged:
-                out = out & self.converged[k]
-        return out
 
 
 # ---- the declaration ---------------------------------------------------------------------------------------
@@ -257,6 +164,8 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
     `fn` may also be "module:function" (the `--bound` syntax)."""
     if isinstance(fn, str):
         fn = load_function(fn)
+    if (name or getattr(fn, "__name__", "")) in {b.name for b in _BOUNDS.values() if not b.user}:
+        raise ValueError(f"{name or fn.__name__!r} is a built-in bound: give the plug-in another name")
     if not callable(fn):
         raise ValueError(f"register_bound needs a callable, got {type(fn).__name__}")
     name = name or getattr(fn, "__name__", "")
@@ -324,6 +233,14 @@ def get(name: str, scope: str) -> Bound:
         return _BOUNDS[(name, scope)]
     except KeyError:
         raise ValueError(f"no bound {name!r} at scope {scope!r}; registered: {bound_names()}") from None
+
+
+def get_any(name: str) -> Bound:
+    """The first registered scope of `name`."""
+    for b in _BOUNDS.values():
+        if b.name == name:
+            return b
+    raise ValueError(f"no bound {name!r}; registered: {bound_names()}")
 
 
 def labels() -> Dict[str, str]:
