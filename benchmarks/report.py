@@ -1,4 +1,10 @@
-"""One-shot LoFAST benchmark report: `python -m benchmarks.report [--threads 2] [--quick]` prints a markdown table.
+"""One-shot benchmark reports, markdown on stdout.
+
+`python -m benchmarks.report [--threads 2] [--sizes small,mid,vitb,big] [--quick]` (default part "kernels", issue 13):
+exact ||M_l|| (all heads) and zeta at each size, ours (thick-restart Lanczos on the reduced operators) vs scipy svds
+(ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
+fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
+`--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call (the dense SVDs and the
 Jacobian runs are measured once, without warm-up). Peak memory is measured separately, in a fresh child process
@@ -107,8 +113,33 @@ def rows_large(scale: str, repeats: int, threads: int):
     return out
 
 
+def kernels_report(sizes, repeats: int) -> str:
+    """The issue 13 table (see module docstring)."""
+    from benchmarks.bench_kernels import DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
+
+    lines = ["| size | quantity | ours (s) | ARPACK (s) | dense (s) | ARPACK / ours | rel. diff ours vs ref |",
+             "|---|---|---|---|---|---|---|"]
+    for size in sizes:
+        X, w = kcase(size)
+        n, d, h = KS[size]
+        for what, name in (("m", "‖M_l‖ all heads"), ("zeta", "zeta")):
+            vo, to = measure(lambda: METHODS[(what, "ours")](X, w), repeats, True)
+            va, ta = measure(lambda: METHODS[(what, "arpack")](X, w), 1, False)
+            td = float("nan")
+            ref = va
+            if size in DENSE:
+                ref, td = measure(lambda: METHODS[(what, "dense")](X, w), 1, False)
+            fmt = lambda t: "-" if t != t else f"{t:.3g}"
+            lines.append(f"| n={n} d={d} h={h} | {name} | {fmt(to)} | {fmt(ta)} | {fmt(td)} | {ta / to:.1f}x | "
+                         f"{rel_diff(vo, ref):.1e} ({'dense' if size in DENSE else 'ARPACK'}) |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--part", choices=["kernels", "lofast"], default="kernels")
+    ap.add_argument("--sizes", default="small,mid,vitb,big", help="kernels part: comma-separated sizes")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="tiny sizes only (smoke run)")
@@ -121,6 +152,13 @@ def main(argv=None):
         print(peak_rss_mb(fn)[1])
         return
     print(f"Machine: {machine()}\n")
+    if a.part == "kernels":
+        sizes = ["tiny"] if a.quick else a.sizes.split(",")
+        t0 = time.perf_counter()
+        print(kernels_report(sizes, a.repeats))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"\nTotal {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
+        return
     rows = []
     if a.only in (None, "small"):
         rows += rows_small("tiny" if a.quick else "dense", a.repeats, a.threads)

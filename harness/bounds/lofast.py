@@ -73,7 +73,7 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     tol = default_tol(X.dtype) if tol is None else tol
     delta = kw.pop("delta", DELTA)
     opts = dict(iters=iters, tol=tol, krylov=_krylov(x0.numel(), X.dtype, kw.pop("krylov", None)),
-                min_steps=kw.pop("min_steps", 1), check_every=kw.pop("check_every", 2))
+                min_steps=kw.pop("min_steps", 1), check_every=kw.pop("check_every", 3))
     cert_eps = kw.pop("certify_eps", None)
     if cert_eps is not None and random_start:  # first cycle long enough for a KW eps of cert_eps
         k = min(kw_steps(op.dim, cert_eps, delta), iters)

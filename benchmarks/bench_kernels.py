@@ -1,0 +1,129 @@
+"""Issue 13 benchmark: exact ||M_l|| (all heads) and zeta, ours vs scipy svds (ARPACK) vs dense SVD.
+
+ARPACK gets what a careful user writes: a LinearOperator over the same reduced rank-2dh factors
+(Z -> Z K'^T + Q' Z^T on Z in R^{n x r}, harness.kernels.operators), head by head, the same tolerance.
+For zeta it gets the Lemma 1 operator G -> G + sum_l P_l G VO_l (matvec + adjoint through the factors).
+Dense: the explicit eq. 20 / eq. 12 matrices and a full SVD where they fit (n=32, d=64).
+
+Timed: `ATTNLIP_BENCH_SIZES=small,mid,vitb,big pytest benchmarks/bench_kernels.py --benchmark-only` (default: small,mid);
+as plain tests (`--benchmark-disable`, what CI runs) every case runs once at a tiny size and checks agreement.
+`python -m benchmarks.report` measures every size in one run and prints the markdown table.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from harness.bounds import lofast as L
+from harness.bounds.lofast_ops import m_dense_matrix, prepare, query_key, stable_probs, zeta_dense_matrix
+from harness.kernels.attention import AttentionWeights
+from harness.kernels.operators import reduce_qk
+
+SIZES = {"tiny": (6, 8, 2), "small": (32, 64, 4), "mid": (128, 256, 8), "vitb": (197, 768, 12),
+         "big": (512, 768, 12)}  # (n, d, h)
+DENSE = ("tiny", "small")  # sizes where the explicit matrices fit
+TOL = 1e-8
+
+
+def case(size: str, dtype=torch.float64, seed: int = 0):
+    """Random weights (std 1/sqrt(d)) and unit-norm tokens (LoFAST's LayerProject, R = 1)."""
+    n, d, h = SIZES[size]
+    g = torch.Generator().manual_seed(seed)
+    w = AttentionWeights.random(d, h, scale=1.0, dtype=dtype, generator=g)
+    X = torch.randn(n, d, dtype=dtype, generator=g)
+    return X / X.norm(dim=-1, keepdim=True), w
+
+
+# ---- ours ---------------------------------------------------------------------------------------------------
+def ours_m(X, w, tol=TOL):
+    return L.m_norms(X, w, tol=tol)
+
+
+def ours_zeta(X, w, tol=TOL):
+    return L.zeta(X, w, tol=tol)
+
+
+# ---- ARPACK -------------------------------------------------------------------------------------------------
+def _svds(mv, rmv, shape):
+    from scipy.sparse.linalg import LinearOperator, svds
+
+    A = LinearOperator(shape, dtype=np.float64, matvec=mv, rmatvec=rmv)
+    return float(svds(A, k=1, tol=TOL, return_singular_vectors=False, random_state=0)[0])
+
+
+def arpack_m(X, w):
+    """svds on Z -> Z K'^T + Q' Z^T (n r -> n^2) per head, numpy throughout (no torch overhead per product)."""
+    w = prepare(X, w)
+    n = X.shape[-2]
+    Q, K = query_key(X, w)
+    U, Rq, Rk = reduce_qk(w.wq, w.wk)
+    Kp, Qp = (K @ Rq.mT).numpy(), (Q @ Rk.mT).numpy()
+    r = Kp.shape[-1]
+    out = []
+    for l in range(w.h):
+        k_, q_ = Kp[l], Qp[l]
+        mv = lambda z, k_=k_, q_=q_: (z.reshape(n, r) @ k_.T + q_ @ z.reshape(n, r).T).ravel()
+        rmv = lambda s, k_=k_, q_=q_: (s.reshape(n, n) @ k_ + s.reshape(n, n).T @ q_).ravel()
+        out.append(_svds(mv, rmv, (n * n, n * r)))
+    return torch.tensor(out, dtype=X.dtype)
+
+
+def arpack_zeta(X, w, residual=True):
+    w = prepare(X, w)
+    n, d = X.shape
+    P = stable_probs(X, w).numpy()  # (h, n, n)
+    wv, wo = w.wv.numpy(), w.wo.numpy()
+    Wv = wv.transpose(1, 0, 2).reshape(d, -1)
+    Wo = wo.reshape(-1, d)
+    h, dh = w.h, w.dh
+    H = 1.0 if residual else 0.0
+
+    def mv(g):
+        G = g.reshape(n, d)
+        Y = (G @ Wv).reshape(n, h, dh).transpose(1, 0, 2)  # (h, n, dh)
+        return ((P @ Y).transpose(1, 0, 2).reshape(n, -1) @ Wo + H * G).ravel()
+
+    def rmv(y):
+        Y = y.reshape(n, d)
+        Z = (Y @ Wo.T).reshape(n, h, dh).transpose(1, 0, 2)
+        return ((P.transpose(0, 2, 1) @ Z).transpose(1, 0, 2).reshape(n, -1) @ Wv.T + H * Y).ravel()
+
+    return torch.tensor(_svds(mv, rmv, (n * d, n * d)), dtype=X.dtype)
+
+
+# ---- dense --------------------------------------------------------------------------------------------------
+def dense_m(X, w):
+    return torch.stack([torch.linalg.matrix_norm(m_dense_matrix(X, w, l), ord=2) for l in range(w.h)])
+
+
+def dense_zeta(X, w):
+    return torch.linalg.matrix_norm(zeta_dense_matrix(X, w, True), ord=2)
+
+
+METHODS = {("m", "ours"): ours_m, ("m", "arpack"): arpack_m, ("m", "dense"): dense_m,
+           ("zeta", "ours"): ours_zeta, ("zeta", "arpack"): arpack_zeta, ("zeta", "dense"): dense_zeta}
+
+
+def rel_diff(a, b) -> float:
+    return float(((a - b).abs() / b.abs()).max())
+
+
+BENCH_SIZES = os.environ.get("ATTNLIP_BENCH_SIZES", "small,mid").split(",")
+
+
+@pytest.mark.parametrize("size", BENCH_SIZES)
+@pytest.mark.parametrize("what", ["m", "zeta"])
+@pytest.mark.parametrize("method", ["ours", "arpack", "dense"])
+def test_bench_exact_norms(benchmark, size, what, method):
+    size = "tiny" if benchmark.disabled else size  # plain test run (CI): one tiny case each
+    if method == "dense" and size not in DENSE:
+        pytest.skip("the explicit matrix does not fit at this size")
+    X, w = case(size)
+    benchmark.group = f"{what} {size} {SIZES[size]}"
+    fn = METHODS[(what, method)]
+    val = benchmark.pedantic(lambda: fn(X, w), rounds=1 if benchmark.disabled else 3, iterations=1)
+    ref = METHODS[(what, "dense" if size in DENSE else "arpack")](X, w)
+    assert rel_diff(val, ref) <= 1e-6, (what, method, size)
