@@ -185,3 +185,17 @@ def test_lofast_certified_upper_dominates_dense():
         for l in range(2):
             assert mi.m.upper[b, l] >= torch.linalg.matrix_norm(m_dense_matrix(X[b], w, l), 2)
     assert (mi.m.upper <= L.xi(X, w) * (1 + 1e-9)).all()  # capped by the deterministic eq. 21
+
+
+# ---- layer Jacobian: dense SVD automatically when n*d is small ---------------------------------------------
+def test_layer_lipschitz_dense_path_equals_lanczos():
+    from harness.kernels.layer import lipschitz
+
+    X, w = make(9, n=5, d=8, h=2, scale=2.0, batch=(3, 2))
+    dense = lipschitz(X, w)
+    assert dense.iters == 40 and bool(dense.converged.all()) and dense.value.shape == (3, 2)
+    lz = lipschitz(X, w, dense_max=0, tol=1e-12)
+    assert rel(dense.value, lz.value) <= 1e-8 and (dense.upper >= lz.value).all()
+    assert (dense.vector.flatten(-2).norm(dim=-1) - 1).abs().max() < 1e-10
+    causal = lipschitz(X, w, causal=True)
+    assert rel(causal.value, lipschitz(X, w, causal=True, dense_max=0, tol=1e-12).value) <= 1e-8

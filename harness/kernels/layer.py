@@ -88,23 +88,45 @@ def layer_map(w: AttentionWeights, causal: bool = False):
     return lambda Z: attention_unchecked(Z, w, residual=False, causal=causal)
 
 
+DENSE_MAX = 384  # n*d up to which lipschitz() builds J_F(X) explicitly (one batched matvec) and takes its SVD
+
+
 def lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
               iters: int = 2000, v0: Optional[Tensor] = None, seed: int = 0, method: str = "lanczos",
-              krylov: int = 30) -> PowerResult:
+              krylov: int = 30, dense_max: int = DENSE_MAX) -> PowerResult:
     """||J_F(X)|| per sequence (correct estimator, MATH.md §3) for X (..., n, d): PowerResult with (...,) values.
 
     Batched: one operator per leading index, all iterated together. v0: warm start (..., n, d).
     tol=None: TOL in float64, kernels.power.default_tol in lower precision (what the dtype can reach).
+    Small layers (n*d <= dense_max, no v0, method="lanczos"): the explicit Jacobian from one batched matvec on
+    the identity basis and its SVD (exact to rounding, faster than Lanczos there; `iters` = n*d products).
     Non-convergence is not raised: read `.converged`.
     """
     if tol is None:
         tol = TOL if X.dtype == torch.float64 else default_tol(X.dtype)
     matvec, rmatvec = layer_operator(X, w, causal)
+    N = X.shape[-2] * X.shape[-1]
+    if v0 is None and method == "lanczos" and N <= dense_max:
+        return _dense(matvec, X)
     if v0 is None:
         g = torch.Generator(device=X.device).manual_seed(seed)
         v0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g)
     return top_singular_value(matvec, rmatvec, v0, event_dims=2, iters=iters, tol=tol,
                               on_nonconvergence="ignore", method=method, krylov=krylov)
+
+
+def _dense(matvec, X: Tensor) -> PowerResult:
+    """SVD of the explicit Jacobian, columns J e_i from one matvec batched over the n*d basis vectors."""
+    batch, (n, d) = X.shape[:-2], X.shape[-2:]
+    N = n * d
+    E = torch.eye(N, dtype=X.dtype, device=X.device).reshape(N, *([1] * len(batch)), n, d)
+    cols = matvec(E.expand(N, *batch, n, d))  # (N, ..., n, d): column i of every J
+    J = cols.reshape(N, *batch, -1).movedim(0, -1)  # (..., n*d, N)
+    _, S, Vh = torch.linalg.svd(J, full_matrices=False)
+    value = S[..., 0]
+    ok = torch.isfinite(value)
+    return PowerResult(value, ok, Vh[..., 0, :].reshape(*batch, n, d), N, torch.zeros_like(value),
+                       upper=value * (1 + 100 * N * torch.finfo(X.dtype).eps), delta=0.0)
 
 
 def paper_value(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
