@@ -3,29 +3,19 @@
 Layer: the first (residual, 8-head) attention layer of the lofast_certified ViT (harness.models.lofast_eval
 .study_layer), X one of its real attention inputs with rows on the unit sphere. Perturbation of relative size
 r: P' = P + r ||P||_F G / ||G||_F, G Gaussian drawn in float64 from the seed (the same draw in every dtype);
-`samples` draws per (parameter, r). Everything else in the run's dtype.
+`samples` draws per (parameter, r); rows from harness.models.lofast_eval.ablation_rows, in the run's dtype.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import List
 
-import torch
-
 from experiments import _lofast_grids as G
-from harness.kernels.attention import AttentionWeights
 from harness.models import lofast_eval
-from harness.models.certify import layer_delta, layer_terms
 from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
 
-PARAMS = ["wq", "wk", "wv", "wo", "X"]
-
-
-def perturb(t: torch.Tensor, r: float, g: torch.Generator) -> torch.Tensor:
-    """t + r ||t||_F G / ||G||_F with G standard Gaussian (drawn in float64 on the CPU, then cast to t)."""
-    Gs = torch.randn(t.shape, dtype=torch.float64, generator=g).to(device=t.device, dtype=t.dtype)
-    return t + r * t.norm() * Gs / Gs.norm()
+PARAMS = list(lofast_eval.ABLATION_PARAMS)
 
 
 @experiment
@@ -39,32 +29,12 @@ class LofastAblation(Experiment):
     test = {"param": ["wv", "X"], "rel_sizes": [[0.0, 1.0]], "samples": [2], **G.VIT_TEST}
 
     def run(self, cell, ctx) -> List[dict]:
-        p = cell["param"]
-        if p not in PARAMS:
-            raise ValueError(f"unknown parameter {p!r}; choose from {PARAMS}")
         w, X, model = lofast_eval.study_layer("vit", 1, cell=cell, seed=ctx.seed, store=cached_artifact,
                                               root=ctx.artifacts, dtype=ctx.torch_dtype, device=ctx.torch_device,
                                               pbar=ctx.pbar)
-        X = X[0]  # (n, d)
-        eps = float(cell["eps"])
-        g = torch.Generator().manual_seed(ctx.seed)
-        rows = []
-        for r in map(float, cell["rel_sizes"]):
-            for s in range(int(cell["samples"]) if r > 0 else 1):
-                ws = {k: getattr(w, k) for k in ("wq", "wk", "wv", "wo")}
-                Xs = X
-                if p == "X":
-                    Xs = perturb(X, r, g)
-                else:
-                    ws[p] = perturb(ws[p], r, g)
-                with torch.no_grad():
-                    t = layer_terms(Xs[None], AttentionWeights(**ws), residual=True)  # Theorem 1 terms once
-                e = torch.full((1,), eps, dtype=Xs.dtype, device=Xs.device)
-                for b in ("coarse", "fine", "sharp"):
-                    rows.append(dict(param=p, rel_size=r, sample=s, variant=b, eps=eps,
-                                     bound=float(layer_delta(t, e, b)[0]), zeta=float(t.zeta[0]),
-                                     converged=bool(t.converged[0]), model=model))
-        return rows
+        rows = lofast_eval.ablation_rows(w, X[0], cell["param"], float(cell["eps"]), cell["rel_sizes"],
+                                         int(cell["samples"]), seed=ctx.seed)
+        return [dict(r, model=model) for r in rows]
 
     def figures(self, table, outdir: Path):
         from harness import plotting

@@ -18,7 +18,6 @@ from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
 
 EPS_REF = 0.1  # the summary's reference radius
-EPS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0]
 
 
 @experiment
@@ -27,7 +26,8 @@ class LofastCertified(Experiment):
     figures_ref = ["LoFAST (Havens et al.) Fig. 2"]
     description = "Certified accuracy vs eps of Lipschitz-constrained ViTs (Prop. 1, Theorem 1 propagated)"
     grid = {"layers": [1, 2, 2, 2, 2], "heads": [8, 4, 8, 8, 8], "vo_norm": [0.5, 0.5, 0.25, 0.5, 0.75],
-            **G.VIT_FULL, "points": [300], "pgd_steps": [15], "pgd_restarts": [2], "eps": [EPS]}
+            **G.VIT_FULL, "points": [300], "pgd_steps": [15], "pgd_restarts": [2],
+            "eps": [[0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0]]}
     paired = [("layers", "heads", "vo_norm")]
     quick = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_QUICK, "points": [48], "pgd_restarts": [1]}
     test = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_TEST, "points": [12], "pgd_steps": [8],
@@ -38,9 +38,9 @@ class LofastCertified(Experiment):
         cfg = lofast_train.cfg_from_cell("vit", cell, seed=ctx.seed, device=ctx.device)
         model, info = lofast_train.trained_model(cfg, store=cached_artifact, root=ctx.artifacts,
                                                  dtype=ctx.torch_dtype, device=ctx.torch_device, pbar=ctx.pbar)
-        u, y = lofast_train.test_inputs(cfg, model, int(cell["points"]))
+        batch, y = lofast_train.test_batch(cfg, int(cell["points"]), ctx.torch_device)
         common = dict(test_acc_full=info["test_acc"], train_seconds=info["train_seconds"])
-        return lofast_eval.certify_rows(model, u, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]),
+        return lofast_eval.certify_rows(model, batch, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]),
                                         ctx.seed, common)
 
     def figures(self, table, outdir: Path):

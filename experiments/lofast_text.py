@@ -18,7 +18,6 @@ from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
 
 EPS_REF = 0.1  # the summary's reference radius
-EPS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]
 
 
 @experiment
@@ -28,7 +27,8 @@ class LofastText(Experiment):
     description = "Certified accuracy on SST-2 with l2 perturbations of word embeddings"
     # the paper's grid is layers {3, 6} x heads {4, 8} x norms {0.25, 0.5, 0.75} (12 models); shrunk to the CPU budget
     grid = {"layers": [3, 3, 3, 6], "heads": [4, 4, 4, 8], "vo_norm": [0.25, 0.5, 0.75, 0.5],
-            **G.TEXT_FULL, "points": [200], "pgd_steps": [15], "pgd_restarts": [2], "eps": [EPS]}
+            **G.TEXT_FULL, "points": [200], "pgd_steps": [15], "pgd_restarts": [2],
+            "eps": [[0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]]}
     paired = [("layers", "heads", "vo_norm")]
     quick = {"layers": [3], "heads": [4], "vo_norm": [0.5], **G.TEXT_QUICK, "points": [48], "pgd_restarts": [1]}
     test = {"layers": [1], "heads": [4], "vo_norm": [0.5], **G.TEXT_TEST, "points": [12], "pgd_steps": [8],
@@ -39,9 +39,9 @@ class LofastText(Experiment):
         cfg = lofast_train.cfg_from_cell("text", cell, seed=ctx.seed, device=ctx.device)
         model, info = lofast_train.trained_model(cfg, store=cached_artifact, root=ctx.artifacts,
                                                  dtype=ctx.torch_dtype, device=ctx.torch_device, pbar=ctx.pbar)
-        u, y = lofast_train.test_inputs(cfg, model, int(cell["points"]))
+        batch, y = lofast_train.test_batch(cfg, int(cell["points"]), ctx.torch_device)
         common = dict(test_acc_full=info["test_acc"], train_seconds=info["train_seconds"])
-        return lofast_eval.certify_rows(model, u, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]),
+        return lofast_eval.certify_rows(model, batch, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]),
                                         ctx.seed, common)
 
     def figures(self, table, outdir: Path):

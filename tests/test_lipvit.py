@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from harness.kernels.attention import attention
+from harness.kernels.attention import AttentionWeights, attention
 from harness.kernels.power import dense_jacobian
 from harness.models.lipvit import SLL, LayerProject, LipText, LipViT, SpectralLinear, block_inputs, layer_project
 
@@ -116,3 +116,111 @@ def test_text_model():
     with pytest.raises(ValueError, match="token ids"):
         m.embed_ids(ids[:, :5])
     assert abs(m.head_lipschitz() - 1 / math.sqrt(8)) < 1e-10
+
+
+# ---- harness.models.lofast_train / lofast_eval (moved from experiments/_lofast_common.py) ----------------------
+from harness.models import lofast_eval, lofast_train  # noqa: E402
+
+TEST_CELL = {"layers": 1, "heads": 2, "vo_norm": 0.5, "dataset": "synthetic", "train_size": 64, "test_size": 16,
+             "epochs": 1, "lr": 3e-3, "patch": 14}
+
+
+class DictStore:
+    """A cached_artifact-like store in memory that also checks that the object is plain data."""
+
+    def __init__(self):
+        self.blobs, self.built = {}, 0
+
+    def __call__(self, kind, cfg, build, root=None, code=()):
+        import json
+
+        assert [m.__name__ for m in code] == ["harness.models.lofast_train"]
+        key = (kind, json.dumps(cfg, sort_keys=True))
+        if key not in self.blobs:
+            self.built += 1
+            blob = build()
+            assert set(blob) == {"state_dict", "info"}
+            assert all(isinstance(v, torch.Tensor) for v in blob["state_dict"].values())
+            assert all(isinstance(v, (int, float, bool)) for v in blob["info"].values())
+            self.blobs[key] = blob
+        return self.blobs[key]
+
+
+def test_lofast_cfg_from_cell_and_errors():
+    cfg = lofast_train.cfg_from_cell("vit", TEST_CELL, seed=3, device="cuda:1")
+    assert cfg["depth"] == 1 and cfg["heads"] == 2 and cfg["patch"] == 14 and cfg["device"] == "cuda"
+    assert cfg["train_dtype"] == "float32" and cfg["seed"] == 3
+    assert lofast_train.cfg_from_cell("vit", TEST_CELL, seed=0, layers=2, heads=8)["heads"] == 8
+    text = lofast_train.cfg_from_cell("text", TEST_CELL, seed=0)
+    assert "patch" not in text and text["n"] == 32
+    with pytest.raises(ValueError, match="lacks training keys"):
+        lofast_train.cfg_from_cell("vit", {"layers": 1}, seed=0)
+    with pytest.raises(ValueError, match="unknown model kind"):
+        lofast_train.model_cfg("rnn", layers=1, heads=1, vo_norm=0.5, seed=0, dataset="x", train_size=1,
+                               test_size=1, epochs=1, lr=1.0)
+
+
+@pytest.mark.parametrize("kind", ["vit", "text"])
+def test_lofast_trained_model_cached_and_cast(kind):
+    """One training through the store; a second call loads; dtype/device casts; deterministic from the seed."""
+    cfg = lofast_train.cfg_from_cell(kind, TEST_CELL, seed=0)
+    store = DictStore()
+    m1, info1 = lofast_train.trained_model(cfg, store=store, dtype=torch.float64)
+    m2, info2 = lofast_train.trained_model(cfg, store=store, dtype=torch.float32)
+    assert store.built == 1 and not info1["cached"] and info2["cached"] and 0 <= info1["test_acc"] <= 1
+    assert next(m1.parameters()).dtype == DT and next(m2.parameters()).dtype == torch.float32
+    m3, _ = lofast_train.trained_model(cfg, store=None)  # no store: trains again, same weights
+    for a, b in zip(m1.state_dict().values(), m3.state_dict().values()):
+        assert torch.equal(a, b)
+    batch, y = lofast_train.test_batch(cfg, 4)
+    u = lofast_train.stem_inputs(m2, batch)
+    assert u.dtype == torch.float32 and len(y) == 4
+    if kind == "text":
+        assert torch.allclose(u.norm(dim=-1), torch.ones(4, 32), atol=1e-5)
+
+
+def test_lofast_certify_rows_float64_certificates():
+    cfg = lofast_train.cfg_from_cell("vit", TEST_CELL, seed=0)
+    store = DictStore()
+    rows = {}
+    for dt in (torch.float64, torch.float32):
+        m, _ = lofast_train.trained_model(cfg, store=store, dtype=dt)
+        batch, y = lofast_train.test_batch(cfg, 6)
+        rows[dt] = lofast_eval.certify_rows(m, batch, y, [0.0, 0.1], pgd_steps=3, pgd_restarts=1)
+    for r64, r32 in zip(rows[torch.float64], rows[torch.float32]):
+        assert r64["certificate_dtype"] == "float64"
+        for k in ("certified_acc", "radius", "zeta_mean", "L_in"):  # certificates: float64 in both runs
+            assert r64.get(k) == r32.get(k)
+        if r64["kind"] == "radius":
+            assert r64["margin"] == pytest.approx(r32["margin"], rel=1e-4, abs=1e-6)
+        else:
+            assert r64["violations"] == 0 and r64["certified_acc"] <= r64["clean_acc"]
+
+
+def test_lofast_bound_rows_sound_and_shaped():
+    """Every bound column >= the PGD lower bounds (eq. 23 with H = 0 and H = I; Delta_21, Delta_22)."""
+    g = torch.Generator().manual_seed(0)
+    w = AttentionWeights.random(8, 2, generator=g)
+    X = lofast_eval.unit_rows(torch.randn(2, 5, 8, generator=g, dtype=DT))
+    for residual in (False, True):
+        for r in lofast_eval.multihead_rows(w, X, [0.0, 0.2], residual, pgd_steps=10, pgd_restarts=2):
+            assert set(lofast_eval.BOUND_COLUMNS) <= set(r) and r["quantity"] == "delta"
+            assert min(r[c] for c in lofast_eval.BOUND_COLUMNS) >= r["pgd"] - 1e-10 and r["pgd"] >= r["pgd_plain"]
+    single = lofast_eval.single_head_rows(w, X, [0.2], pgd_steps=10, pgd_restarts=2)
+    assert {r["quantity"] for r in single} == {"delta21", "delta22"}
+    for r in single:
+        bounds = [r[c] for c in lofast_eval.BOUND_COLUMNS if not math.isnan(r[c])]
+        assert bounds and min(bounds) >= r["pgd"] - 1e-10
+
+
+def test_lofast_ablation_rows():
+    g = torch.Generator().manual_seed(1)
+    w = AttentionWeights.random(8, 2, generator=g)
+    X = lofast_eval.unit_rows(torch.randn(5, 8, generator=g, dtype=DT))
+    rows = lofast_eval.ablation_rows(w, X, "wv", 0.1, [0.0, 1.0], samples=2)
+    assert len(rows) == 3 * 3 and {r["variant"] for r in rows} == {"coarse", "fine", "sharp"}
+    r32 = lofast_eval.ablation_rows(w.to(dtype=torch.float32), X.float(), "wv", 0.1, [0.0, 1.0], samples=2)
+    for a, b in zip(rows, r32):  # the same Gaussian draw in both dtypes
+        assert b["bound"] == pytest.approx(a["bound"], rel=1e-4)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        lofast_eval.ablation_rows(w, X, "bq", 0.1, [1.0], 1)

@@ -16,7 +16,7 @@ from harness.bounds import lofast
 from harness.kernels.attention import AttentionWeights, attention
 from harness.models.certify import BOUNDS, certify, layer_delta, layer_terms, margins, mnorm_ratio, pgd_attack
 from harness.models.lipvit import LipTransformer, block_inputs
-from harness.models.lofast_train import cfg_from_cell, test_inputs, trained_model
+from harness.models.lofast_train import cfg_from_cell, stem_inputs, test_batch, trained_model
 
 Tensor = torch.Tensor
 
@@ -60,8 +60,8 @@ def study_layer(source: str, count: int, *, cell: Dict, seed: int = 0, store=Non
     if source == "vit":
         cfg = cfg_from_cell("vit", cell, seed=seed, device=str(device), **STUDY_VIT)
         model, _ = trained_model(cfg, store=store, root=root, dtype=dtype, device=device, pbar=pbar)
-        u, _ = test_inputs(cfg, model, count)
-        w, Z = vit_layer(model, u)
+        batch, _ = test_batch(cfg, count, device)
+        w, Z = vit_layer(model, stem_inputs(model, batch))
         return w, unit_rows(Z), "LipViT L{layers}-h{heads}-c{vo_norm} layer 0".format(**STUDY_VIT)
     if source == "minilm":
         return minilm_layer(count, 16, 0, seed, dtype, device)
@@ -131,36 +131,73 @@ def single_head_rows(w: AttentionWeights, X: Tensor, eps_list: Sequence[float], 
 
 
 # ---- Prop. 1 certification --------------------------------------------------------------------------------------
-def certificate(model: LipTransformer, u: Tensor, y: Tensor):
-    """Prop. 1 ingredients computed in float64 on a float64 copy of the model, on its device (sound)."""
+def certificate(model: LipTransformer, batch: Tensor, y: Tensor):
+    """Prop. 1 ingredients in float64: a float64 copy of the model (on its device) at the stem inputs it computes
+    from the data batch itself (so a text certificate does not inherit float32-rounded embeddings). Sound."""
     m64 = copy.deepcopy(model).to(dtype=torch.float64).eval()
-    return certify(m64, u.detach().to(torch.float64), y)
+    return certify(m64, stem_inputs(m64, batch), y)
 
 
-def certify_rows(model: LipTransformer, u: Tensor, y: Tensor, eps_list: Sequence[float], pgd_steps: int,
+def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequence[float], pgd_steps: int,
                  pgd_restarts: int, seed: int = 0, common: Optional[Dict] = None) -> List[dict]:
-    """Prop. 1 certified accuracy per bound and eps, PGD robust accuracy at the same eps, per-point radii.
+    """Prop. 1 certified accuracy per bound and eps, PGD robust accuracy at the same eps, per-point radii, for a
+    data batch (images or token ids, lofast_train.test_batch) with labels y.
 
     Certificates (certified_acc, clean_acc, radius, zeta_mean, L_in, L_head, ||M||/xi) are float64
     (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype."""
-    cert = certificate(model, u, y)
+    cert = certificate(model, batch, y)
+    u = stem_inputs(model, batch)
     with torch.no_grad():
         margin = margins(model.eval()(u), y)  # (B,) in the model's dtype
     base = dict(common or {}, n_points=len(y), L_in=cert.L_in, L_head=cert.L_head,
                 zeta_mean=float(torch.stack([t.zeta for t in cert.layers]).mean()),
                 converged=bool(all(bool(t.converged.all()) for t in cert.layers)),
                 certificate_dtype=CERTIFICATE_DTYPE, **mnorm_ratio(cert))
-    correct = cert.correct.to(margin.device)
     rows = []
     for e in map(float, eps_list):
         attack = pgd_attack(model, u, y, e, seed=seed, steps=pgd_steps, restarts=pgd_restarts) if e > 0 else -margin
         robust = (margin > 0) & (attack < 0)
         for b in BOUNDS:
-            ok = cert.certified(e, b).to(margin.device)
-            rows.append(dict(base, kind="curve", bound=b, eps=e, clean_acc=float(correct.double().mean()),
+            ok = cert.certified(e, b)
+            rows.append(dict(base, kind="curve", bound=b, eps=e, clean_acc=float(cert.correct.double().mean()),
                              certified_acc=float(ok.double().mean()), pgd_acc=float(robust.double().mean()),
                              violations=int((ok & ~robust).sum())))
     for b in BOUNDS:
         for i, r in enumerate(cert.radius(b).tolist()):
             rows.append(dict(base, kind="radius", bound=b, point=i, radius=r, margin=float(margin[i])))
+    return rows
+
+
+# ---- App. C.1 ablation ------------------------------------------------------------------------------------------
+ABLATION_PARAMS = ("wq", "wk", "wv", "wo", "X")
+
+
+def perturb(t: Tensor, r: float, g: torch.Generator) -> Tensor:
+    """t + r ||t||_F G / ||G||_F with G standard Gaussian (drawn in float64 on the CPU from g, then cast to t's
+    dtype and device, so every dtype sees the same draw)."""
+    G = torch.randn(t.shape, dtype=torch.float64, generator=g).to(device=t.device, dtype=t.dtype)
+    return t + r * t.norm() * G / G.norm()
+
+
+def ablation_rows(w: AttentionWeights, X: Tensor, param: str, eps: float, rel_sizes: Sequence[float], samples: int,
+                  seed: int = 0) -> List[dict]:
+    """Theorem 1 (residual) at eps when `param` (one of ABLATION_PARAMS) is perturbed with relative size r, X (n, d):
+    `samples` draws per r > 0 (one at r = 0); bound per variant coarse / fine / sharp and zeta."""
+    if param not in ABLATION_PARAMS:
+        raise ValueError(f"unknown parameter {param!r}; choose from {ABLATION_PARAMS}")
+    g = torch.Generator().manual_seed(seed)
+    e = torch.full((1,), float(eps), dtype=X.dtype, device=X.device)
+    rows = []
+    for r in map(float, rel_sizes):
+        for s in range(int(samples) if r > 0 else 1):
+            ws = {k: getattr(w, k) for k in ("wq", "wk", "wv", "wo")}
+            Xs = perturb(X, r, g) if param == "X" else X
+            if param != "X":
+                ws[param] = perturb(ws[param], r, g)
+            with torch.no_grad():
+                t = layer_terms(Xs[None], AttentionWeights(**ws), residual=True)  # Theorem 1 terms once
+            for b in ("coarse", "fine", "sharp"):
+                rows.append(dict(param=param, rel_size=r, sample=s, variant=b, eps=float(eps),
+                                 bound=float(layer_delta(t, e, b)[0]), zeta=float(t.zeta[0]),
+                                 converged=bool(t.converged[0])))
     return rows

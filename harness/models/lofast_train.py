@@ -124,8 +124,8 @@ def build(cfg: Dict[str, Any]) -> LipTransformer:
     return m
 
 
-def stem_inputs(model: LipTransformer, batch: torch.Tensor) -> torch.Tensor:
-    """Stem input u of a data batch: images as they are, token ids -> unit-norm word embeddings."""
+def _train_inputs(model: LipTransformer, batch: torch.Tensor) -> torch.Tensor:
+    """fit's inputs hook: images as they are, token ids -> unit-norm word embeddings (differentiable)."""
     return model.embed_ids(batch) if isinstance(model, LipText) else batch
 
 
@@ -137,10 +137,10 @@ def train(cfg: Dict[str, Any], pbar=None) -> Dict[str, Any]:
     t0 = time.time()
     desc = f"train {cfg['kind']} L{cfg['depth']} h{cfg['heads']} c{cfg['vo_norm']}"
     m = fit(model, Xtr, ytr, epochs=cfg["epochs"], batch_size=cfg["batch"], lr=cfg["lr"], seed=cfg["seed"],
-            schedule="cosine", logit_scale=cfg["tau"], inputs=stem_inputs,
+            schedule="cosine", logit_scale=cfg["tau"], inputs=_train_inputs,
             pbar=None if pbar is None else (lambda total, desc_=desc, **_: pbar(total=total, desc=desc_)))
-    info = {"train_seconds": time.time() - t0, "train_acc": accuracy(model, Xtr[:2000], ytr[:2000], inputs=stem_inputs),
-            "test_acc": accuracy(model, Xte, yte, inputs=stem_inputs), "final_loss": float(m["loss_last"]),
+    info = {"train_seconds": time.time() - t0, "train_acc": accuracy(model, Xtr[:2000], ytr[:2000], inputs=_train_inputs),
+            "test_acc": accuracy(model, Xte, yte, inputs=_train_inputs), "final_loss": float(m["loss_last"]),
             "steps": int(m["steps"])}
     return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "info": info}
 
@@ -162,12 +162,21 @@ def trained_model(cfg: Dict[str, Any], *, store=None, root=None, dtype=torch.flo
     return model.to(device=device, dtype=dtype).eval(), dict(blob["info"], cached=not built)
 
 
-def test_inputs(cfg: Dict[str, Any], model: LipTransformer, count: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The first `count` test points as stem inputs u (in the model's dtype and device, no grad) and labels."""
+def test_batch(cfg: Dict[str, Any], count: int, device="cpu") -> Tuple[torch.Tensor, torch.Tensor]:
+    """The first `count` test points as a data batch (images float32, or token ids) and labels, on `device`.
+    stem_inputs(model, batch) turns it into the model's stem input u in the model's dtype."""
     X, y, _ = load_data(cfg, "test")
-    X, y = X[:count], y[:count]
+    return X[:count].to(device), y[:count].to(device)
+
+
+def stem_inputs(model: LipTransformer, batch: torch.Tensor) -> torch.Tensor:
+    """Stem input u of a data batch in the model's dtype and device (no grad): images as they are, token ids ->
+    unit-norm word embeddings."""
     p = next(model.parameters())
     with torch.no_grad():
-        X = X.to(device=p.device, dtype=p.dtype) if X.is_floating_point() else X.to(p.device)
-        u = stem_inputs(model, X)
-    return u.detach(), y.to(p.device)
+        if batch.is_floating_point():
+            batch = batch.to(device=p.device, dtype=p.dtype)
+        else:
+            batch = batch.to(p.device)
+        u = model.embed_ids(batch) if isinstance(model, LipText) else batch
+    return u.detach()
