@@ -21,8 +21,7 @@ from harness.kernels.softmax import g_k, jsm_norm, jsm_singular_values, sorted_d
 Tensor = torch.Tensor
 
 __all__ = ["g_k", "bound", "bound_terms", "from_terms", "multihead", "jasmin_penalty", "row_penalty",
-           "interlacing_chain",
-           "interlacing_holds"]
+           "interlacing_chain", "interlacing_holds"]
 
 
 def _prepare(X: Tensor, w: AttentionWeights):
