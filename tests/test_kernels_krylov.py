@@ -199,3 +199,14 @@ def test_layer_lipschitz_dense_path_equals_lanczos():
     assert (dense.vector.flatten(-2).norm(dim=-1) - 1).abs().max() < 1e-10
     causal = lipschitz(X, w, causal=True)
     assert rel(causal.value, lipschitz(X, w, causal=True, dense_max=0, tol=1e-12).value) <= 1e-8
+
+
+def test_jacobian_norm_certified_upper():
+    from harness.kernels.attention import attention
+    from harness.kernels.power import dense_jacobian, jacobian_norm
+
+    X, w = make(10, n=4, d=6, h=2, scale=2.0, batch=(3,))
+    f = lambda Z: attention(Z, w, residual=True)
+    val, info = jacobian_norm(f, X, delta=1e-6, return_info=True)
+    ref = torch.stack([torch.linalg.matrix_norm(dense_jacobian(f, X[b]), 2) for b in range(3)])
+    assert rel(val, ref) <= 1e-6 and (info.upper >= ref).all() and info.delta == 1e-6

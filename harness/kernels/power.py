@@ -195,13 +195,15 @@ def operator_norm(matvec, rmatvec, shape, event_dims: int, dtype=torch.float64, 
 
 def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float] = None, iters: int = 2000,
                   batch_dims: Optional[int] = None, seed: int = 0, v0: Optional[Tensor] = None,
-                  return_info: bool = False, on_nonconvergence: str = "warn", method: str = "lanczos"):
+                  return_info: bool = False, on_nonconvergence: str = "warn", method: str = "lanczos",
+                  delta: Optional[float] = None):
     """Local Lipschitz constant ||J_f(X)|| (Frobenius in, Frobenius out) by Lanczos (or power) iteration on J^T J.
 
     X: (n, d) or (B, n, d) (generally (*batch, *event) with `batch_dims` leading batch axes, default X.dim()-2).
     f must treat batch elements independently (every attention layer does). Uses torch.func.jvp for J u
     (element [1]: element [0] is f(X), the pitfall of the Castin et al. code, MATH.md §3) and a single
     torch.func.vjp linearization for J^T w. Returns (*batch,) values, or (values, PowerResult) if return_info.
+    delta (seeded start, v0=None): PowerResult.upper holds with probability >= 1 - delta (krylov.kw_epsilon).
     """
     if not isinstance(X, torch.Tensor) or not X.is_floating_point():
         raise ValueError("X must be a floating torch.Tensor")
@@ -222,7 +224,7 @@ def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float]
         return vjp_fn(w)[0]
 
     res = operator_norm(matvec, rmatvec, X.shape, event_dims, X.dtype, X.device, seed, v0,
-                        iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, method=method)
+                        iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, method=method, delta=delta)
     return (res.value, res) if return_info else res.value
 
 
