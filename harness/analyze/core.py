@@ -21,7 +21,7 @@ import torch
 
 from harness.analyze.inputs import load_model, model_inputs
 from harness.bounds import castin, lofast, registry
-from harness.kernels.layer import TOL, layer_operator, stack_heads
+from harness.kernels.layer import TOL, BatchedWeights, layer_operator
 from harness.kernels.power import default_tol, top_singular_value
 from harness.models.adapters import adapter_for, lengths
 
@@ -57,9 +57,8 @@ class AnalyzeState(registry.InputState):
 
     @functools.cached_property
     def truth_head(self) -> Tensor:
-        X, w = self.X, self.w
-        Xh = X.unsqueeze(-3).expand(*X.shape[:-2], w.h, *X.shape[-2:])  # (..., h, n, d)
-        res = self._truth(Xh, stack_heads(w, range(w.h), bias=True))
+        Xh, wr = reduced_heads(self.X, self.w)
+        res = self._truth(Xh, wr)
         self.converged["truth_head"] = res.converged.all(-1)
         self.upper["head"] = res.upper
         return res.value
@@ -70,6 +69,27 @@ class AnalyzeState(registry.InputState):
         self.converged["truth_layer"] = res.converged
         self.upper["layer"] = res.upper
         return res.value
+
+
+def reduced_heads(X: Tensor, w):
+    """Every head's map f_l as an equivalent smaller single-head layer, batched: (X Q_l (..., h, n, r), weights).
+
+    f_l reads X only through X [wq_l | wk_l | wv_l] = X Q_l R_l (QR, Q_l (d, r), r = min(d, 3 dh)), so its
+    Jacobian vanishes on the complement of range(Q_l) and ||J_{f_l}(X)|| equals the norm of the same map with
+    weights Q_l^T w*_l at X Q_l; on the output side ||G wo_l||_F = ||G R_o^T||_F for wo_l^T = Q_o R_o. The
+    operator acts on n x r instead of n x d (r = 3 dh = d/4 for 12 heads)."""
+    h, d, dh = w.wq.shape
+    r = min(d, 3 * dh)
+    Q = torch.linalg.qr(torch.cat([w.wq, w.wk, w.wv], dim=-1)).Q[..., :r]  # (h, d, r)
+    QT = Q.transpose(-1, -2)
+    Ro = torch.linalg.qr(w.wo.transpose(-1, -2)).R  # (h, dh, dh): wo_l = Ro^T Qo^T
+    wo = torch.zeros(h, dh, r, dtype=w.wq.dtype, device=w.wq.device)
+    wo[..., :dh] = Ro.transpose(-1, -2)  # r >= dh
+    pick = lambda t: None if t is None else t.unsqueeze(1)  # (h, 1, ...)
+    wr = BatchedWeights(pick(QT @ w.wq), pick(QT @ w.wk), pick(QT @ w.wv), pick(wo), pick(w.bq), pick(w.bk),
+                        pick(w.bv))
+    Xh = X.unsqueeze(-3) @ Q  # (..., h, n, r)
+    return Xh, wr
 
 
 # ---- plug-in bounds -----------------------------------------------------------------------------------------
