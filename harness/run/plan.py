@@ -165,13 +165,24 @@ def typed_overrides(exp: Experiment, cfg: RunConfig) -> Dict[str, List[Any]]:
         if k in known:
             decl = _declared(exp, k)
             out[k] = [check_value(exp.name, k, v, decl) for v in vs]
+    if cfg.bounds and PLUGIN_KEY in known:  # --bound X == --set 'plugins=[["X", ...]]'
+        out[PLUGIN_KEY] = [list(cfg.bounds)]
     return out
 
 
+PLUGIN_KEY = "plugins"  # grid key of experiments that evaluate every registered bound (bound_leaderboard)
+
+
+def accepts_bounds(exp: Experiment) -> bool:
+    """Whether --bound plug-ins reach this experiment: a `plugins` grid key, or `accepts_bounds = True` (the
+    worker then registers them before run())."""
+    return getattr(exp, "accepts_bounds", False) or PLUGIN_KEY in _grid.keys(exp.grid)
+
+
 def plugin_sources(exp: Experiment, cfg: RunConfig) -> Optional[List[Dict[str, str]]]:
-    """The --bound plug-ins an experiment uses (those with `accepts_bounds`), each with the sha256 of its source
-    file, for the cell key (editing a plug-in recomputes the cells that evaluated it)."""
-    if not cfg.bounds or not getattr(exp, "accepts_bounds", False):
+    """The --bound plug-ins an experiment uses, each with the sha256 of its source file, for the cell key
+    (editing a plug-in recomputes the cells that evaluated it)."""
+    if not cfg.bounds or not accepts_bounds(exp):
         return None
     import importlib.util
 
@@ -201,7 +212,7 @@ def check_bounds(names: Sequence[str], cfg: RunConfig) -> None:
                              f"importable from here (PYTHONPATH)") from None
         if not callable(fn):
             raise ValueError(f"--bound {b}: {type(fn).__name__} is not callable")
-    users = [n for n in names if getattr(_registry.get_experiment(n), "accepts_bounds", False)]
+    users = [n for n in names if accepts_bounds(_registry.get_experiment(n))]
     if not users:
         raise ValueError("--bound: none of the selected experiments evaluates plug-in bounds; "
                          "use it with bound_leaderboard (or `attnlip analyze --bound`)")

@@ -34,7 +34,7 @@ def make_spec(exp: Experiment, task, cfg, progress: bool) -> Dict[str, Any]:
         "cell": task.cell, "key": task.key, "label": task.label, "seed": cfg.seed, "dtype": cfg.dtype,
         "scale": cfg.scale, "device": cfg.device, "cache_dir": str(cfg.cache_dir), "progress": progress,
         "threads": cfg.threads, "model_source": task.model_source, "force": bool(cfg.force),
-        "bounds": list(cfg.bounds) if getattr(exp, "accepts_bounds", False) else [],
+        "bounds": list(cfg.bounds) if getattr(exp, "accepts_bounds", False) else [],  # else via the plugins key
     }
 
 
