@@ -144,7 +144,9 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
     data batch (images or token ids, lofast_train.test_batch) with labels y.
 
     Certificates (certified_acc, clean_acc, radius, zeta_mean, L_in, L_head, ||M||/xi) are float64
-    (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype."""
+    (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype. Rows of kind "curve"
+    (per bound and eps) and "radius" (per bound and point) share one set of columns: NaN (point and
+    violations -1) where a kind has no value."""
     cert = certificate(model, batch, y)
     u = stem_inputs(model, batch)
     with torch.no_grad():
@@ -153,6 +155,7 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
                 zeta_mean=float(torch.stack([t.zeta for t in cert.layers]).mean()),
                 converged=bool(all(bool(t.converged.all()) for t in cert.layers)),
                 certificate_dtype=CERTIFICATE_DTYPE, **mnorm_ratio(cert))
+    nan = float("nan")
     rows = []
     for e in map(float, eps_list):
         attack = pgd_attack(model, u, y, e, seed=seed, steps=pgd_steps, restarts=pgd_restarts) if e > 0 else -margin
@@ -161,10 +164,11 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
             ok = cert.certified(e, b)
             rows.append(dict(base, kind="curve", bound=b, eps=e, clean_acc=float(cert.correct.double().mean()),
                              certified_acc=float(ok.double().mean()), pgd_acc=float(robust.double().mean()),
-                             violations=int((ok & ~robust).sum())))
-    for b in BOUNDS:
+                             violations=int((ok & ~robust).sum()), point=-1, radius=nan, margin=nan))
+    for b in BOUNDS:  # the same columns on every row (a radius row has no eps: NaN, not the cell's eps list)
         for i, r in enumerate(cert.radius(b).tolist()):
-            rows.append(dict(base, kind="radius", bound=b, point=i, radius=r, margin=float(margin[i])))
+            rows.append(dict(base, kind="radius", bound=b, eps=nan, clean_acc=nan, certified_acc=nan, pgd_acc=nan,
+                             violations=-1, point=i, radius=r, margin=float(margin[i])))
     return rows
 
 
