@@ -219,7 +219,7 @@ LAYERS = [  # (prefix, level): a module may import only from its own level or be
     ("harness.kernels", 1), ("harness.bounds", 2), ("harness.data", 3), ("harness.models", 3),
     ("harness.registry", 3.5),  # the declaration API experiments build on (Experiment, Context, @experiment)
     ("harness.analyze", 4), ("experiments", 4), ("harness.manifest", 5), ("harness.report", 5),
-    ("harness.run", 6), ("harness.cli", 7), ("harness", 0),
+    ("harness.run", 6), ("harness.cli", 7), ("harness.entry", 8), ("harness", 0),
 ]
 ALLOWED = {("harness.registry", "experiments"),  # discovery of experiments at start-up
            ("harness.data", "harness.data")}

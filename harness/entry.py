@@ -1,0 +1,35 @@
+"""The `attnlip` command: `attnlip analyze ...` (any model and input, every bound + the truth) and
+`attnlip run ...` (the experiment harness, same as `python run_all.py ...`)."""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+USAGE = """usage: attnlip {analyze,run} ...
+
+  attnlip analyze --model minilm --text "The cat sat on the mat."   every bound and the truth, per layer/head
+  attnlip run --quick                                              the experiments (= python run_all.py)
+
+`attnlip analyze --help` and `attnlip run --help` list the options."""
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "analyze":
+        from harness.analyze.cli import main as analyze_main
+
+        return analyze_main(rest)
+    if cmd == "run":
+        from harness.cli import main as run_main
+
+        return run_main(rest)
+    print(f"attnlip: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
