@@ -1,6 +1,6 @@
 """Certifiable transformers for LoFAST §5.2 / App. C.3: LayerProject (eq. 24), 1-Lipschitz layers, ||W^V||, ||W^O|| <= c.
 
-Parametrization (our choice, MATH.md §1 leaves it open):
+Parametrization (our choice, the LoFAST paper leaves it open):
 - Linear maps (patch embedding, W^Q, W^K, W^V, W^O, classifier head) use *exact* spectral normalization
   W = c V / sigma_max(V) with sigma_max from torch.linalg.matrix_norm(ord=2) (an SVD of a <= 196 x 64 matrix
   per step, cheap at these sizes). Unlike power-iteration spectral normalization (Miyato et al.) the

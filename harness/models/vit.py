@@ -1,4 +1,5 @@
-"""A small standard pre-LN ViT whose self-attention is exactly harness.kernels.attention (MATH.md §0).
+"""A small standard pre-LN ViT whose self-attention is exactly harness.kernels.attention (row vectors,
+x -> x W; heads contiguous on the projection axis).
 
 Patch embedding (linear on flattened p x p patches), cls token, learned position embeddings, L blocks
 x = x + MHSA(LN(x)); x = x + MLP(LN(x)), final LN, linear head on the cls token. Each block's attention holds
