@@ -158,6 +158,16 @@ def test_truth_matches_dense_jacobian_and_upper_bounds_hold(saved, arch):
     assert df.attrs["causal"] == (arch == "gpt2")
 
 
+def test_methods_subset_and_callable_module(saved):
+    import harness
+    import harness.analyze  # noqa: F401 - the module itself is callable
+
+    model, tok = _load(saved["bert"])
+    df = harness.analyze(model, TEXTS[0], tokenizer=tok, layers=[-1], methods=["lofast_sharp", "pgd"])
+    assert set(df["method"]) == {"truth", "truth_upper", "lofast_sharp", "pgd"}
+    assert set(df["layer"]) == {1} and df["sound"].all()
+
+
 def test_padded_batch_equals_each_text_alone(saved):
     model, tok = _load(saved["bert"])
     both = analyze(model, TEXTS, tokenizer=tok, eps=0.0)

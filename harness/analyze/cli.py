@@ -17,7 +17,8 @@ EPILOG = """examples:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="attnlip analyze", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(prog="attnlip analyze", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Local Lipschitz bounds of every attention layer and head of a model "
                                             "at its inputs, beside the true ||J(X)||.")
     p.add_argument("--model", required=True, help="alias (minilm, tiny-bert, tiny-gpt2), save_pretrained folder "

@@ -118,8 +118,11 @@ def entry_point_plugins() -> List[str]:
 
 
 # ---- the extra methods ------------------------------------------------------------------------------------------
-def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int) -> dict:
-    """{(method, scope): (values (G, h) or (G,), guaranteed (G,) bool)} for EXTRA."""
+def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
+           want: Optional[set] = None) -> dict:
+    """{(method, scope): (values (G, h) or (G,), guaranteed (G,) bool)} for the EXTRA methods in `want` (None:
+    all; truth_upper always)."""
+    ok = lambda m: want is None or m in want
     X, w = s.X, s.w
     G = X.shape[0]
     yes = torch.ones(G, dtype=torch.bool)
@@ -128,15 +131,14 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
         _ = s.truth_head if scope == "head" else s.truth_layer
         out[("truth_upper", scope)] = (s.upper[scope], yes)
     e = float(eps)
-    if e > 0:
+    if e > 0 and ok("lofast_delta"):
         rest = (s.m_fine + w.B_norm() * e) * (s.value_norm + s.VO_norm * e)  # (G, h)
         out[("lofast_delta", "layer")] = (s.zeta + rest.sum(-1) / math.sqrt(w.dh), yes)
-        if not s.causal:
-            with torch.enable_grad():
-                pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=pgd_restarts,
-                                            seed=seed)
-            out[("pgd", "layer")] = (pg / e, yes)
-    if not s.causal:
+    if e > 0 and ok("pgd") and pgd_steps > 0 and not s.causal:
+        with torch.enable_grad():
+            pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
+        out[("pgd", "layer")] = (pg / e, yes)
+    if not s.causal and (ok("prop34") or ok("gamma_R2") or ok("log10_n_star")):
         R = X.norm(dim=-1).amax(-1)  # (G,)
         w0 = registry.AttentionWeights(w.wq, w.wk, w.wv, w.wo)  # Prop. 3.4 is for the bias-free map
         ch = castin.prop34_choice(w0)
@@ -154,7 +156,7 @@ def _rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Seq
     for (name, scope), (val, ok) in extra.items():
         _, kind, bounds, _ = EXTRA[name]
         truth = ev.truth(scope).detach().cpu()
-        tconv = s.all_converged(["truth_" + scope]).cpu()
+        tconv = s.all_converged(["truth_" + scope] + (["zeta", "m"] if name == "lofast_delta" else [])).cpu()
         val = val.detach().cpu()
         ref = None  # what the soundness of this row is checked against
         if bounds == "local":
@@ -193,8 +195,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     by name), a dict of model keyword arguments, a pixel_values tensor (ViT) or the module's positional input.
     layers: indices (default all). dtype/device: where the bounds are computed (the forward pass runs in the
     model's own weights). eps: Theorem 1's radius for lofast_delta and pgd (0 skips them). methods: registry
-    names to evaluate (default all registered). bounds: plug-ins ("module:function" or callables) added to the
-    registry and checked against the truth. delta: failure probability of truth_upper. `timings`, if given, is
+    names and EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added
+    to the registry and checked against the truth. delta: failure probability of truth_upper. `timings`, if given, is
     filled with wall times (forward, per layer, total).
     """
     import pandas as pd
@@ -217,7 +219,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     groups = {}
     for b, ln in enumerate(lens):
         groups.setdefault(ln, []).append(b)
-    names = None if methods is None else list(dict.fromkeys([*methods, *plugin_names]))
+    methods = None if methods is None else list(methods)
+    names = None if methods is None else list(dict.fromkeys([m for m in methods if m not in EXTRA] + plugin_names))
     t_fwd = time.perf_counter() - t0
     rows, per_layer = [], {}
     it = layers
@@ -237,7 +240,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
             for r in ev.rows():
                 r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
                 rows.append(r)
-            rows += _rows_extra(s, ev, _extra(s, eps, pgd_steps, pgd_restarts, seed), meta)
+            extra = _extra(s, eps, pgd_steps, pgd_restarts, seed, None if methods is None else set(methods))
+            rows += _rows_extra(s, ev, extra, meta)
         per_layer[l] = time.perf_counter() - tl
     cols = ["input", "text", "n_tokens", "layer", "head", "scope", "method", "kind", "bounds", "value", "truth",
             "ratio", "converged", "guaranteed", "sound", "user"]
