@@ -22,7 +22,8 @@ import torch
 from harness.analyze.inputs import load_model, model_inputs
 from harness.bounds import castin, lofast, registry
 from harness.kernels.layer import TOL, BatchedWeights, layer_operator
-from harness.kernels.power import default_tol, top_singular_value
+from harness.kernels.krylov import CallableGram, lanczos
+from harness.kernels.power import default_tol
 from harness.models.adapters import adapter_for, lengths
 
 Tensor = torch.Tensor
@@ -43,32 +44,34 @@ class AnalyzeState(registry.InputState):
     the Kuczynski-Wozniakowski certified upper estimate (probability >= 1 - delta over the start; MATH.md §4)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
-                 delta: float = 1e-6, seed: int = 0):
+                 delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
         super().__init__(X, w, causal, tol, iters)
-        self.delta, self.seed, self.upper = float(delta), int(seed), {}
+        self.delta, self.seed, self.certify_steps, self.upper = float(delta), int(seed), int(certify_steps), {}
 
-    def _truth(self, X: Tensor, w) -> "object":
+    def _truth(self, X: Tensor, w):
+        """Lanczos on J^T J (kernels.krylov) from a seeded Gaussian, at least `certify_steps` products before
+        stopping so the KW estimate is finite: (value, converged, upper), each (...,) over X's batch dims."""
         tol = self.tol if self.tol is not None else (TOL if X.dtype == torch.float64 else default_tol(X.dtype))
         matvec, rmatvec = layer_operator(X, w, self.causal)
+        batch, event = X.shape[:-2], X.shape[-2:]
         g = torch.Generator(device=X.device).manual_seed(self.seed)
-        v0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g)
-        return top_singular_value(matvec, rmatvec, v0, event_dims=2, iters=self.iters, tol=tol,
-                                  on_nonconvergence="ignore", krylov=30, random_start=True, delta=self.delta)
+        x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
+        x0 = x0 / x0.norm(dim=-1, keepdim=True)
+        op = CallableGram(matvec, rmatvec, batch, event, x0)
+        r = lanczos(op, x0, iters=self.iters, tol=tol, krylov=max(30, self.certify_steps + 2),
+                    min_steps=self.certify_steps, delta=self.delta)
+        return r.value.reshape(batch), r.converged.reshape(batch), r.upper.reshape(batch)
 
     @functools.cached_property
     def truth_head(self) -> Tensor:
-        Xh, wr = reduced_heads(self.X, self.w)
-        res = self._truth(Xh, wr)
-        self.converged["truth_head"] = res.converged.all(-1)
-        self.upper["head"] = res.upper
-        return res.value
+        value, conv, self.upper["head"] = self._truth(*reduced_heads(self.X, self.w))
+        self.converged["truth_head"] = conv.all(-1)
+        return value
 
     @functools.cached_property
     def truth_layer(self) -> Tensor:
-        res = self._truth(self.X, self.w)
-        self.converged["truth_layer"] = res.converged
-        self.upper["layer"] = res.upper
-        return res.value
+        value, self.converged["truth_layer"], self.upper["layer"] = self._truth(self.X, self.w)
+        return value
 
 
 def reduced_heads(X: Tensor, w):
@@ -186,7 +189,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
             device="cpu", eps: float = 1e-2, methods: Optional[Iterable[str]] = None,
             bounds: Sequence[Union[str, Callable]] = (), entry_points: bool = True, max_tokens: Optional[int] = None,
             pgd_steps: int = 20, pgd_restarts: int = 1, delta: float = 1e-6, tol: Optional[float] = None,
-            iters: int = 2000, seed: int = 0, progress: bool = False, timings: Optional[dict] = None):
+            iters: int = 2000, certify_steps: int = 24, seed: int = 0, progress: bool = False,
+            timings: Optional[dict] = None):
     """Every registered bound + the truth for each requested layer and head of `model` at `inputs`: a DataFrame.
 
     model: a torch module (Hugging Face BERT/RoBERTa/DistilBERT/ALBERT/ELECTRA/GPT-2/ViT, or any module using
@@ -196,7 +200,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     layers: indices (default all). dtype/device: where the bounds are computed (the forward pass runs in the
     model's own weights). eps: Theorem 1's radius for lofast_delta and pgd (0 skips them). methods: registry
     names and EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added
-    to the registry and checked against the truth. delta: failure probability of truth_upper. `timings`, if given, is
+    to the registry and checked against the truth. delta: failure probability of truth_upper; certify_steps: Lanczos
+    products before the truths may stop (a longer first Krylov cycle tightens truth_upper). `timings`, if given, is
     filled with wall times (forward, per layer, total).
     """
     import pandas as pd
@@ -233,7 +238,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
         w = adapter.layer_weights(l, dt).to(device=dev)
         for ln, idx in groups.items():
             X = got[l][idx, :ln].to(device=dev, dtype=dt)  # (G, n_b, d): the real tokens only
-            s = AnalyzeState(X, w, causal, tol, iters, delta, seed)
+            s = AnalyzeState(X, w, causal, tol, iters, delta, seed, certify_steps)
             ev = registry.evaluate(X, w, causal, names=names, state=s)
             meta = [dict(input=b, text=labels[b] if b < len(labels) else f"input {b}", n_tokens=ln, layer=l)
                     for b in idx]
