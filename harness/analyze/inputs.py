@@ -42,7 +42,11 @@ def load_model(spec, device="cpu"):
         return model, tok, f"folder:{Path(name).resolve()}"
     low = name.lower()
     pretrained = False if low in text_models.TINY else True
-    tm = text_models.load(name, pretrained=pretrained, device=device)
+    try:
+        tm = text_models.load(name, pretrained=pretrained, device=device)
+    except DataNotFound as e:
+        raise DataNotFound(f"model {name!r}: not an alias ({', '.join(('minilm', *text_models.TINY))}), not a "
+                           f"folder, and not in the local Hugging Face cache ({e})") from e
     return tm.model, tm.tokenizer, tm.source
 
 
