@@ -21,6 +21,8 @@ import torch
 
 from harness.analyze.inputs import load_model, model_inputs
 from harness.bounds import castin, lofast, registry
+from harness.bounds.input_state import InputState
+from harness.kernels.attention import AttentionWeights
 from harness.kernels.layer import TOL, BatchedWeights, layer_operator
 from harness.kernels.krylov import CallableGram, lanczos
 from harness.kernels.power import default_tol
@@ -39,8 +41,8 @@ EXTRA = {  # methods computed here beside the registry: name -> (scope, kind, bo
 }
 
 
-class AnalyzeState(registry.InputState):
-    """registry.InputState whose Lanczos truths start from a Gaussian drawn before looking, so they also carry
+class AnalyzeState(InputState):
+    """bounds.input_state.InputState whose Lanczos truths start from a Gaussian drawn before looking, so they also carry
     the Kuczynski-Wozniakowski certified upper estimate (probability >= 1 - delta over the start; MATH.md §4)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
@@ -103,6 +105,8 @@ def register_plugin(fn: Union[str, Callable]) -> str:
     if isinstance(fn, str):
         fn = registry.load_function(fn)
     name = getattr(fn, "bound_name", None) or getattr(fn, "__name__", "plugin")
+    if name in EXTRA:
+        raise ValueError(f"{name!r} is a method of attnlip analyze: give the plug-in another name")
     registry.register_bound(fn, name=name, scope=getattr(fn, "scope", "head"), replace=True)
     return name
 
@@ -143,7 +147,7 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
         out[("pgd", "layer")] = (pg / e, yes)
     if not s.causal and (ok("prop34") or ok("gamma_R2") or ok("log10_n_star")):
         R = X.norm(dim=-1).amax(-1)  # (G,)
-        w0 = registry.AttentionWeights(w.wq, w.wk, w.wv, w.wo)  # Prop. 3.4 is for the bias-free map
+        w0 = AttentionWeights(w.wq, w.wk, w.wv, w.wo)  # Prop. 3.4 is for the bias-free map
         ch = castin.prop34_choice(w0)
         g = torch.stack([torch.tensor(float("nan"), dtype=X.dtype) if c is None else c["gamma"].cpu() for c in ch])
         gr2 = g.to(X.device) * R[:, None] ** 2  # (G, h)
