@@ -124,6 +124,22 @@ def test_multihead_attention_module_and_unsupported_model():
                                got["outputs"][0].double(), rtol=1e-4, atol=1e-5)
     df = analyze(net, (x,), eps=0.0)
     assert df.attrs["causal"] and df["sound"].all()
+    class Enc(torch.nn.Module):  # key_padding_mask: the padded batch gives each sequence's own values
+        def __init__(self):
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(16, 4)
+
+        def forward(self, x, pad=None):
+            return self.mha(x, x, x, key_padding_mask=pad)[0]
+
+    enc = Enc().eval()
+    xs = torch.randn(6, 2, 16)  # (n, B, d), batch_first=False
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[0, 4:] = True
+    both = analyze(enc, (xs, pad), eps=0.0)
+    alone = analyze(enc, (xs[:4, :1],), eps=0.0)
+    assert set(both[both["input"] == 0]["n_tokens"]) == {4}
+    np.testing.assert_allclose(both[both["input"] == 0]["value"].values, alone["value"].values, rtol=1e-6)
     with pytest.raises(UnsupportedModel, match="supported: .*BERT.*register_adapter"):
         analyze(torch.nn.Linear(3, 3), torch.randn(2, 3))
 
@@ -277,3 +293,11 @@ def test_doc_snippet_runs():
     ns = {}
     exec(compile(code, "analyze.md", "exec"), ns)
     assert ns["df"]["sound"].all()
+
+
+def test_float32_agrees_with_float64(saved):
+    model, tok = _load(saved["distilbert"])
+    a = analyze(model, TEXTS, tokenizer=tok, eps=0.0, dtype="float64")
+    b = analyze(model, TEXTS, tokenizer=tok, eps=0.0, dtype="float32")
+    assert list(a["method"]) == list(b["method"]) and b.attrs["dtype"] == "float32"
+    np.testing.assert_allclose(b["value"].values, a["value"].values, rtol=2e-3)

@@ -223,6 +223,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     layers = list(range(L)) if layers is None else [int(l) % L for l in layers]
     got = adapter.capture(call, layers)["inputs"]
     causal = adapter.causal
+    mask = mask if mask is not None else adapter.padding_mask
     B, n = next(iter(got.values())).shape[:2]
     lens = lengths(mask, B, n)
     groups = {}

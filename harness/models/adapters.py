@@ -81,6 +81,7 @@ class Adapter:
 
     name = "?"
     model_types: Sequence[str] = ()
+    padding_mask: Optional[Tensor] = None  # (B, n) 1/0 right-padding mask seen in the forward pass, if any
 
     def __init__(self, model):
         self.model = model
@@ -211,6 +212,10 @@ class MultiheadAttentionAdapter(Adapter):
         q, k, v = [args[i] if len(args) > i else kwargs.get(n) for i, n in enumerate(names)]
         if not (k is q or torch.equal(k, q)) or not (v is q or torch.equal(v, q)):
             raise ValueError("MultiheadAttention adapter: only self-attention (query = key = value) is supported")
+        kpm = args[3] if len(args) > 3 else kwargs.get("key_padding_mask")
+        if kpm is not None:  # True (or -inf) = padding
+            pad = kpm if kpm.dtype == torch.bool else torch.isinf(kpm) & (kpm < 0)
+            self.padding_mask = (~pad).to(torch.long)
         mask = args[4] if len(args) > 4 else kwargs.get("attn_mask")
         if kwargs.get("is_causal") or (len(args) > 6 and args[6]):
             self._causal = True
