@@ -188,6 +188,11 @@ def _rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Seq
     return rows
 
 
+def _short(text: str, k: int = 80) -> str:
+    """The table's `text` column: the input's first k characters (the full text repeated per row is MBs)."""
+    return text if len(text) <= k else text[: k - 3] + "..."
+
+
 # ---- the front door ---------------------------------------------------------------------------------------------
 def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = None, dtype="float64",
             device="cpu", eps: float = 1e-2, methods: Optional[Iterable[str]] = None,
@@ -245,8 +250,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
             X = got[l][idx, :ln].to(device=dev, dtype=dt)  # (G, n_b, d): the real tokens only
             s = AnalyzeState(X, w, causal, tol, iters, delta, seed, certify_steps)
             ev = registry.evaluate(X, w, causal, names=names, state=s)
-            meta = [dict(input=b, text=labels[b] if b < len(labels) else f"input {b}", n_tokens=ln, layer=l)
-                    for b in idx]
+            meta = [dict(input=b, text=_short(labels[b] if b < len(labels) else f"input {b}"), n_tokens=ln,
+                         layer=l) for b in idx]
             for r in ev.rows():
                 r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
                 rows.append(r)
