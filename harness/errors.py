@@ -19,6 +19,13 @@ class MissingData(AttnLipError, RuntimeError):
 class DataNotFound(FileNotFoundError, MissingData):
     """A data file or folder is absent: a FileNotFoundError for callers, MissingData for the runner."""
 
+    def __init__(self, message: str = "", fix: str = ""):
+        FileNotFoundError.__init__(self, message)
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
 
 class UnsupportedContext(AttnLipError, ValueError):
     """An experiment cannot run in the requested dtype or on the requested device; raised before computing."""
