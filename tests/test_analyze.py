@@ -211,10 +211,15 @@ def plugin_module(tmp_path, monkeypatch):
             P = torch.linalg.matrix_norm(probs(X, w), 2)
             x2 = torch.linalg.matrix_norm(X, 2)[..., None] ** 2
             return 10 * w.VO_norm() * (P + 2 * x2 * w.A_norm())
+
+        def layer_total(X, w):
+            return generous(X, w).sum(-1)
+
+        layer_total.scope = "layer"
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "my_bounds"
-    for name in ("too_small", "generous"):
+    for name in ("too_small", "generous", "layer_total"):
         if name in registry.bound_names():
             registry.unregister_bound(name)
     sys.modules.pop("my_bounds", None)
@@ -224,6 +229,7 @@ def test_unsound_plugin_fails_the_command(saved, plugin_module, tmp_path):
     out = tmp_path / "out"
     rc = cli.main(["analyze", "--model", saved["bert"], "--text", TEXTS[0], "--text", TEXTS[1], "--eps", "0",
                    "--bound", f"{plugin_module}:too_small", "--bound", f"{plugin_module}:generous",
+                   "--bound", f"{plugin_module}:layer_total",
                    "--out", str(out), "--no-progress"])
     assert rc == 1
     import pandas as pd
@@ -234,6 +240,8 @@ def test_unsound_plugin_fails_the_command(saved, plugin_module, tmp_path):
     bad = df[df["method"] == "too_small"]
     assert len(bad) and not bad["sound"].any() and bad["user"].all()
     assert df[df["method"] == "generous"]["sound"].all()
+    lt = df[df["method"] == "layer_total"]
+    assert len(lt) and (lt["head"] == -1).all() and lt["sound"].all()
     assert df[~df["user"]]["sound"].all()
     summary = (out / "summary.md").read_text()
     assert "UNSOUND: too_small" in summary and "generous" not in summary.split("## Tightness")[0]
