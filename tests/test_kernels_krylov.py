@@ -210,3 +210,15 @@ def test_jacobian_norm_certified_upper():
     val, info = jacobian_norm(f, X, delta=1e-6, return_info=True)
     ref = torch.stack([torch.linalg.matrix_norm(dense_jacobian(f, X[b]), 2) for b in range(3)])
     assert rel(val, ref) <= 1e-6 and (info.upper >= ref).all() and info.delta == 1e-6
+
+
+def test_mixed_precision_refinement_matches_float64():
+    X, w = make(11, n=6, d=8, h=2, scale=2.0, batch=(4,))
+    for f, dense in ((L.m_norms, lambda x: torch.stack([torch.linalg.matrix_norm(m_dense_matrix(x, w, l), 2)
+                                                         for l in range(2)])),
+                     (L.zeta, lambda x: torch.linalg.matrix_norm(zeta_dense_matrix(x, w), 2))):
+        v, info = f(X, w, mixed=True, return_info=True)
+        res = info.m if info.m is not None else info.zeta
+        ref = torch.stack([dense(X[b]) for b in range(4)])
+        assert v.dtype == DT and bool(res.converged.all()) and rel(v, ref) <= 1e-10
+        assert (res.upper >= ref).all()

@@ -78,10 +78,14 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     if cert_eps is not None and random_start:  # first cycle long enough for a KW eps of cert_eps
         k = min(kw_steps(op.dim, cert_eps, delta), iters)
         opts.update(krylov=max(opts["krylov"], k + 1), min_steps=max(opts["min_steps"], k))
+    mixed = kw.pop("mixed", False) and X.dtype == torch.float64 and random_start
     if kw:
         raise TypeError(f"unexpected keyword arguments {sorted(kw)}")
-    r = lanczos(op, x0, delta=delta if random_start else None, **opts)
-    value, vec, conv, rel, steps, products = r.value, r.vector, r.converged, r.rel, r.steps, r.products
+    if mixed:
+        r, products0 = _mixed(op, x0, delta, opts)
+    else:
+        r, products0 = lanczos(op, x0, delta=delta if random_start else None, **opts), 0
+    value, vec, conv, rel, steps, products = r.value, r.vector, r.converged, r.rel, r.steps, r.products + products0
     upper = r.upper if random_start else torch.full_like(value, float("inf"))
     restarted = None
     if not random_start:
@@ -103,6 +107,20 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     return res
 
 
+def _mixed(op, x0, delta, opts):
+    """mixed=True (float64 only): float32 Lanczos to tol 1e-5 from the Gaussian start (which carries the KW
+    estimate, computed in float32 and padded by a 1e-4 relative slack), then float64 Lanczos from its Ritz vectors
+    to the requested tol. Returns (float64 result with `upper` from the float32 run, float32 products)."""
+    op32 = op.to(torch.float32)
+    o32 = dict(opts, tol=max(opts["tol"], 1e-5))
+    r32 = lanczos(op32, x0.float(), delta=delta, **o32)
+    r = lanczos(op, r32.vector.double(), delta=None, **dict(opts, min_steps=1))
+    up = r32.upper.double() * (1 + 1e-4)
+    r.upper = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
+    r.steps = r.steps + r32.steps
+    return r, r32.products
+
+
 def _gauss(shape, X, seed):
     g = torch.Generator(device=X.device).manual_seed(seed)
     return torch.randn(shape, dtype=X.dtype, device=X.device, generator=g)
@@ -122,7 +140,8 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
     estimate (probability >= 1 - delta over the seeded start, or the deterministic eq. 9 bound if smaller).
     kw: krylov (basis size), delta (default DELTA), certify_eps (run an unrestarted first cycle long enough
-    for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every.
+    for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every, mixed (float64 inputs: float32
+    iterations, then float64 refinement; see _mixed).
     """
     w = prepare(X, w)
     batch = X.shape[:-2]

@@ -71,6 +71,12 @@ class MGram(GramOperator):
         new.__dict__.update({k: (v[keep] if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()})
         return new
 
+    def to(self, dtype) -> "MGram":
+        new = MGram.__new__(MGram)
+        new.__dict__.update({k: (v.to(dtype) if isinstance(v, Tensor) and k != "scale" else v)
+                             for k, v in self.__dict__.items()})
+        return new
+
     def spectral_upper(self) -> Tensor:
         """Deterministic ||K'|| + ||Q'|| >= ||R|| (= xi_l, eq. 21), unscaled, from r x r Gram eigenvalues: (B,)."""
         KtK = self.K.transpose(-1, -2) @ self.K
@@ -121,6 +127,12 @@ class ZetaGram(GramOperator):
     def gram(self, V: Tensor) -> Tensor:
         B = V.shape[0]
         return self.rmatvec(self.matvec(V.reshape(B, self.n, self.d))).reshape(B, -1)
+
+    def to(self, dtype) -> "ZetaGram":
+        new = ZetaGram.__new__(ZetaGram)
+        new.__dict__.update({k: (v.to(dtype) if isinstance(v, Tensor) and k != "scale" else v)
+                             for k, v in self.__dict__.items()})
+        return new
 
     def select(self, keep: Tensor) -> "ZetaGram":
         new = ZetaGram.__new__(ZetaGram)
