@@ -29,7 +29,7 @@ import torch
 from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, prepare, prod_norm, query_key, spec,
                                        stable_probs)
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
-from harness.kernels.attention import AttentionWeights, probs, project
+from harness.kernels.attention import AttentionWeights, project
 from harness.kernels.krylov import kw_steps, lanczos
 from harness.kernels.operators import MGram, ZetaGram, reduce_qk
 from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, _check_args, _report, default_tol
