@@ -5,11 +5,12 @@ per-operator scale c (B,) chosen so the scaled spectrum is O(1): sigma_max(A) = 
 what keeps every finite operator finite (A^T A of ||A|| = 1e200 is 1e400 in float64; of 1e20 in float32, 1e40).
 
 `lanczos` (MATH.md §4, Wu & Simon's thick restart):
-- full reorthogonalization (classical Gram-Schmidt twice), the projected matrix H = V^T M V stored densely, so a
+- full reorthogonalization (the three-term part, then one classical Gram-Schmidt pass over the basis; two full
+  passes on the first step after a restart), the projected matrix H = V^T M V stored densely, so a
   restart keeps the top `keep` Ritz vectors plus the residual (H becomes an arrowhead) and the top Ritz value
   never decreases across restarts;
 - convergence: relative Ritz residual ||M y - theta y|| / theta < tol (bounds the relative error of theta by tol,
-  Weyl), tested every `check_every` steps (an eigh of a k x k matrix, k <= krylov) and at every restart;
+  Weyl), tested every `check_every` steps (top eigenpair of the k x k matrix H, k <= krylov) and at restarts;
 - deflation: an operator that converged (or broke down: invariant subspace) leaves the batch when the operator
   supports `select`, so converged heads/inputs stop costing work;
 - non-finite values are never reported as converged;
