@@ -26,7 +26,7 @@ from harness.bounds.castin_weighted import (check_masses, covariances, dense_jac
 from harness.bounds.jasmin import multihead
 from harness.bounds.mass_splitting import (covariance_term, duplicate_tokens, duplicated_lipschitz,
                                            mass_splitting_map, split_lipschitz, split_terms)
-from harness.kernels.attention import AttentionWeights, augment_input, causal_mask, check_input
+from harness.kernels.attention import AttentionWeights, augment_input, causal_mask, check_input, check_pair
 from harness.kernels.power import jacobian_norm
 
 Tensor = torch.Tensor
@@ -65,9 +65,7 @@ def bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
     `causal` is accepted for symmetry with the other bounds: Thm 4.3 (masked) has the same right-hand side.
     """
     _check_w(w)
-    check_input(X, w.d)
-    if X.dtype != w.dtype:
-        raise ValueError(f"X has dtype {X.dtype} but the weights have dtype {w.dtype}")
+    check_pair(X, w)
     if w.has_bias:
         X, w = augment_input(X), w.augmented()
     n = X.shape[-2]

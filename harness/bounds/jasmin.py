@@ -15,7 +15,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from harness.kernels.attention import AttentionWeights, augment_input, check_input, probs
+from harness.kernels.attention import AttentionWeights, augment_input, check_pair, probs
 from harness.kernels.softmax import g_k, jsm_norm, jsm_singular_values, sorted_desc
 
 Tensor = torch.Tensor
@@ -28,9 +28,7 @@ def _prepare(X: Tensor, w: AttentionWeights):
     """Validate X and apply Remark 2 (ones column) when w has biases: returns (X', w') bias-free."""
     if not isinstance(w, AttentionWeights):
         raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
-    check_input(X, w.d)
-    if X.dtype != w.dtype:
-        raise ValueError(f"X has dtype {X.dtype} but the weights have dtype {w.dtype}")
+    check_pair(X, w)
     if w.has_bias:
         return augment_input(X), w.augmented()
     return X, w

@@ -17,7 +17,7 @@ from typing import Union
 
 import torch
 
-from harness.kernels.attention import AttentionWeights, augment_input, check_input
+from harness.kernels.attention import AttentionWeights, augment_input, check_input, check_pair
 
 Tensor = torch.Tensor
 
@@ -27,9 +27,7 @@ __all__ = ["bound", "guaranteed"]
 def _prepare(X, w, r):
     if not isinstance(w, AttentionWeights):
         raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
-    check_input(X, w.d)
-    if X.dtype != w.dtype:
-        raise ValueError(f"X has dtype {X.dtype} but the weights have dtype {w.dtype}")
+    check_pair(X, w)
     r = torch.as_tensor(r, dtype=X.dtype, device=X.device)
     if not torch.isfinite(r).all() or (r < 0).any():
         raise ValueError(f"r (ball radius) must be finite and >= 0, got {r}")

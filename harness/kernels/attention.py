@@ -37,6 +37,31 @@ def check_input(X: Tensor, d: Optional[int] = None, name: str = "X") -> None:
     check_finite(name, X)
 
 
+SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+def check_pair(X: Tensor, w: "AttentionWeights", name: str = "X") -> None:
+    """THE input rule of every bound and exact quantity (one rule, documented in the README):
+
+    - X: a floating tensor (..., n, d) with n >= 1 and finite entries, float32 or float64 (float16/bfloat16 are
+      refused: spectral norms and Lanczos need at least float32; cast first);
+    - w: an AttentionWeights with w.d == d, of X's dtype and on X's device (never cast silently:
+      `w.to(dtype=X.dtype, device=X.device)`);
+    - an empty batch (0, n, d) is valid and gives an empty result.
+    Anything else is a ValueError naming the argument."""
+    if not isinstance(w, AttentionWeights):
+        raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
+    check_input(X, w.d, name)
+    if X.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"{name} has dtype {X.dtype}: only float32 and float64 are supported (spectral norms and "
+                         f"Lanczos need at least float32); cast {name} and w with .to(torch.float32)")
+    if X.dtype != w.dtype:
+        raise ValueError(f"{name} has dtype {X.dtype} but the weights have dtype {w.dtype}: cast one of them "
+                         f"(w.to(dtype={name}.dtype)); nothing is cast silently")
+    if X.device != w.device:
+        raise ValueError(f"{name} is on {X.device} but the weights are on {w.device}: move one of them")
+
+
 @dataclass(frozen=True)
 class AttentionWeights:
     """Weights of one multi-head attention layer (MATH.md §0).
@@ -115,6 +140,10 @@ class AttentionWeights:
     def random(cls, d: int, h: int, scale: float = 1.0, dtype=torch.float64, device=None,
                generator: Optional[torch.Generator] = None, bias: bool = False) -> "AttentionWeights":
         """Gaussian weights with std scale/sqrt(d) (a unit-ish operator norm regime)."""
+        if not isinstance(h, int) or h < 1:
+            raise ValueError(f"h (number of heads) must be an integer >= 1, got {h!r}")
+        if not isinstance(d, int) or d < 1:
+            raise ValueError(f"d (model dimension) must be an integer >= 1, got {d!r}")
         if d % h != 0:
             raise ValueError(f"d = {d} is not divisible by the number of heads h = {h}")
         dh = d // h
