@@ -173,7 +173,8 @@ def test_float32_agrees_with_float64():
         a, b = f(X, w), f(X32, w32)
         assert b.dtype == torch.float32
         assert rel(b.double(), a) <= 1e-4
-    assert L.zeta(X32, w).dtype == torch.float32  # weights follow X
+    with pytest.raises(ValueError, match="weights have dtype"):  # the one input rule: never cast silently
+        L.zeta(X32, w)
 
 
 def test_return_info_and_nonconvergence_reported():

@@ -130,6 +130,15 @@ def _out(value: Tensor, info: LofastInfo, return_info: bool):
     return (value, info) if return_info else value
 
 
+def _empty(X: Tensor, batch, event, return_info: bool, which: str):
+    """An empty batch (0, n, d) gives an empty result (the toolkit's input rule), info included."""
+    v = X.new_zeros(batch)
+    res = PowerResult(v, torch.ones(batch, dtype=torch.bool, device=X.device), X.new_zeros(*batch, *event), 0,
+                      v.clone(), upper=v.clone())
+    return _out(v, LofastInfo(torch.ones(tuple(X.shape[:-2]), dtype=torch.bool, device=X.device), **{which: res}),
+                return_info)
+
+
 # ---- exact metrics ----------------------------------------------------------------------------------------
 def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool = False, tol: Optional[float] = None,
          iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False,
@@ -169,6 +178,8 @@ def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iter
     w = prepare(X, w)
     batch = (*X.shape[:-2], w.h)
     n = X.shape[-2]
+    if X.shape[:-2].numel() == 0:
+        return _empty(X, batch, (n, X.shape[-1]), return_info, "m")
     Q, K = query_key(X, w)  # (..., h, n, dh)
     U, Rq, Rk = reduce_qk(w.wq, w.wk)  # (h, d, r), (h, r, dh)
     Kp = (K @ Rq.transpose(-1, -2)).reshape(-1, n, U.shape[-1])  # (B, n, r)

@@ -16,19 +16,16 @@ from typing import Union
 
 import torch
 
-from harness.kernels.attention import AttentionWeights, causal_mask, check_input, probs, project
+from harness.kernels.attention import AttentionWeights, causal_mask, check_pair, probs, project
 from harness.kernels.linalg import prod_norm, spec  # noqa: F401 (re-exported for harness.bounds.lofast)
 
 Tensor = torch.Tensor
 
 
 def prepare(X: Tensor, w: AttentionWeights) -> AttentionWeights:
-    """Validate (X, w) and return w on X's device and dtype (bounds follow X)."""
-    if not isinstance(w, AttentionWeights):
-        raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
-    check_input(X, w.d)
-    if w.dtype != X.dtype or w.device != X.device:
-        w = w.to(dtype=X.dtype, device=X.device)
+    """Validate (X, w) by the toolkit's one input rule (kernels.attention.check_pair: float32/float64, weights of
+    X's dtype and device, never cast silently) and return w."""
+    check_pair(X, w)
     return w
 
 
