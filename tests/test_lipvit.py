@@ -118,7 +118,7 @@ def test_text_model():
     assert abs(m.head_lipschitz() - 1 / math.sqrt(8)) < 1e-10
 
 
-# ---- harness.models.lofast_train / lofast_eval (moved from experiments/_lofast_common.py) ----------------------
+# ---- harness.models.lofast_train / lofast_eval ----------------------------------------------------------------
 from harness.models import lofast_eval, lofast_train  # noqa: E402
 
 TEST_CELL = {"layers": 1, "heads": 2, "vo_norm": 0.5, "dataset": "synthetic", "train_size": 64, "test_size": 16,

@@ -58,11 +58,11 @@ def test_margins():
 @pytest.fixture(scope="module")
 def trained():
     """A tiny LipViT (untrained: Prop. 1 is about the predicted label, so labels are its own predictions, float64)."""
-    from experiments._lofast_common import synthetic_images
+    from harness.data.images import load_images
 
     torch.manual_seed(0)
     m = LipViT(image_size=28, patch=14, d=16, depth=2, heads=2, vo_norm=0.5).double().eval()
-    X, _ = synthetic_images(12, seed=1)
+    X, _, _ = load_images("synthetic", split="test", limit=12, size=28, n_synthetic=12)
     X = X.double()
     with torch.no_grad():
         y = m(X).argmax(-1)
