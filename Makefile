@@ -16,6 +16,8 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q -e '.[dev]'
 	# torchattacks declares torchvision (which cannot import beside torch 2.13.0) but never imports it: no deps.
 	$(VPY) -m pip install -q --no-deps torchattacks==3.5.1
+	# A second real trained model for attnlip analyze (rxnfp 0.1.0: BERT, MIT, 75 MB wheel); its deps are not needed.
+	$(VPY) -m pip install -q --no-deps rxnfp==0.1.0 || echo "WARNING: rxnfp not installed; its analyze test will skip" >&2
 	touch $@
 
 # Datasets the default run needs that are not in ../shared: Fashion-MNIST from Debian's dataset-fashion-mnist,
