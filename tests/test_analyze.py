@@ -268,13 +268,16 @@ def test_sound_run_exits_zero_and_entry_points_register(saved, plugin_module, mo
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------------
-def test_datasets_offline_and_files(tmp_path):
-    sst = inputs.load_dataset_texts("sst2:validation", 3)
-    assert len(sst) == 3 and all(isinstance(t, str) and t for t in sst)
-    assert len(inputs.load_dataset_texts("ag_news", 2)) == 2
+def test_dataset_files(tmp_path):
     f = tmp_path / "mine.csv"
     f.write_text("id,text\n1,hello world\n2,second text here\n")
     assert sorted(inputs.load_dataset_texts(str(f), 5)) == ["hello world", "second text here"]
+
+
+def test_shipped_datasets_offline(shared_data):
+    sst = inputs.load_dataset_texts("sst2:validation", 3)
+    assert len(sst) == 3 and all(isinstance(t, str) and t for t in sst)
+    assert len(inputs.load_dataset_texts("ag_news", 2)) == 2
 
 
 def test_vit_from_images_and_npy(saved, tmp_path):
