@@ -44,12 +44,14 @@ class CastinMagnitude(Experiment):
         for n, X in Xs.items():
             r = X.norm(dim=-1)  # (count, n)
             Xr = X * (pooled / r.mean(dim=-1))[:, None, None]  # same mean token norm for every sequence
-            lip = L.lipschitz(X, w, causal, tol=C.tol(dt)).value
-            lip_r = L.lipschitz(Xr, w, causal, tol=C.tol(dt)).value
+            res, res_r = L.lipschitz(X, w, causal, tol=C.tol(dt)), L.lipschitz(Xr, w, causal, tol=C.tol(dt))
+            lip, lip_r = res.value, res_r.value
+            ok = res.converged & res_r.converged  # (count,): both Lanczos runs converged
             for i in range(count):
                 rows.append(dict(n=n, seq=i, radius_mean=float(r[i].mean()), radius_max=float(r[i].max()),
                                  radius_first=float(r[i, 0]), radius_last=float(r[i, -1]), lipschitz=float(lip[i]),
-                                 lipschitz_rescaled=float(lip_r[i]), pooled_radius=float(pooled), causal=causal,
+                                 lipschitz_rescaled=float(lip_r[i]), converged=bool(ok[i]),
+                                 pooled_radius=float(pooled), causal=causal,
                                  pretrained=bool(info["pretrained"]), weights_source=info["source"]))
         return rows
 

@@ -55,6 +55,7 @@ class CastinRadiusLarge(Experiment):
             lip = L.lipschitz(float(R) * X0, w, tol=1e-8, iters=600)
             for s in range(count):
                 rows.append(dict(weights_label=label, R=float(R), seq=s, lipschitz=float(lip.value[s]),
+                                 converged=bool(lip.converged[s]),
                                  ratio=float(lip.value[s]) / (vnorm * math.sqrt(n)), limit_ratio=float(limit[s]),
                                  score_gap=float(gap[s]), R2_gap=float(R) ** 2 * float(gap[s])))
         return rows

@@ -51,10 +51,27 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
         pdf = f.with_suffix(".pdf")
         pdf_link = f" ([pdf]({link}/figures/{pdf.name}))" if pdf.exists() else ""
         lines += [f"![{f.stem}]({link}/figures/{f.name})", f"*{f.stem}*{pdf_link}", ""]
+    conv = _convergence(expdir)
+    if conv:
+        lines += [conv, ""]
     summary = _summary(name, expdir)
     if summary:
         lines += [summary.strip(), ""]
     return "\n".join(lines)
+
+
+def _convergence(expdir: Path) -> str:
+    """'Iterative solvers: k of N values converged' for tables with a `converged` column (never hidden)."""
+    import pandas as pd
+
+    try:
+        col = pd.read_csv(expdir / "table.csv", usecols=["converged"])["converged"]
+    except (ValueError, OSError):
+        return ""
+    ok = col.astype(str).str.lower().isin(["true", "1", "1.0"])
+    bad = int((~ok).sum())
+    flag = f" **{bad} NOT converged** (treat those values as lower estimates)" if bad else ""
+    return f"*Iterative solvers: {int(ok.sum())} of {len(col)} values converged.{flag}*"
 
 
 def _summary(name: str, expdir: Path) -> str:
