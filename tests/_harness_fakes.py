@@ -87,3 +87,28 @@ def write_fake(path, extra="", replace=()):
         src = src.replace(old, new)
     path.write_text(src + extra)
     return path
+
+
+FAKE_NAMES = ("_fake_squares", "_fake_slow", "_fake_killer")
+TEST_ENV = ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING")
+
+
+def registered_fakes(tmp_path, monkeypatch, stem):
+    """Generator for a fixture: write the fakes to tmp_path/<stem>.py, register them, point the counter at
+    tmp_path/counter.txt, clear the steering variables; yields (module path, counter path); cleans up after."""
+    import sys
+
+    from harness import registry
+
+    mod = write_fake(tmp_path / f"{stem}.py")
+    counter = tmp_path / "counter.txt"
+    counter.touch()
+    monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
+    for k in TEST_ENV:
+        monkeypatch.delenv(k, raising=False)
+    registry.load_all()
+    registry.load_module_file(mod)
+    yield mod, counter
+    for n in FAKE_NAMES:
+        registry.unregister(n)
+    sys.modules.pop(f"_attnlip_ext_{stem}", None)

@@ -12,7 +12,6 @@ import ast
 import hashlib
 import inspect
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from harness import cli, registry
 from harness import run as runner
 from harness.errors import UnsupportedContext
 from harness.store import codehash
-from tests._harness_fakes import write_fake
+from tests._harness_fakes import registered_fakes, write_fake
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = registry.list_experiments()
@@ -33,16 +32,10 @@ HARNESS_COLS = {"experiment", "cell", "seed", "device", "dtype", "scale", "cell_
 # ------------------------------------------------------------------------------ outputs separated by scale
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    mod = write_fake(tmp_path / "fake_contract.py")
-    counter = tmp_path / "counter.txt"
-    counter.touch()
-    monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
-    registry.load_all()
-    registry.load_module_file(mod)
+    fakes = registered_fakes(tmp_path, monkeypatch, "fake_contract")
+    mod, _ = next(fakes)
     yield mod
-    for n in ("_fake_squares", "_fake_slow", "_fake_killer"):
-        registry.unregister(n)
-    sys.modules.pop("_attnlip_ext_fake_contract", None)
+    next(fakes, None)  # unregister
 
 
 def _snapshot(results: Path):

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import cli, registry
+from harness import cli
 from harness import run as runner
 from harness.store import cells
-from tests._harness_fakes import write_fake
+from tests._harness_fakes import registered_fakes
 
 REPO = Path(__file__).resolve().parent.parent
 psutil = pytest.importorskip("psutil")
@@ -23,18 +23,7 @@ psutil = pytest.importorskip("psutil")
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    mod = write_fake(tmp_path / "fake_rel.py")
-    counter = tmp_path / "counter.txt"
-    counter.touch()
-    monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
-    for k in ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING"):
-        monkeypatch.delenv(k, raising=False)
-    registry.load_all()
-    registry.load_module_file(mod)
-    yield mod, counter
-    for n in ("_fake_squares", "_fake_slow", "_fake_killer"):
-        registry.unregister(n)
-    sys.modules.pop("_attnlip_ext_fake_rel", None)
+    yield from registered_fakes(tmp_path, monkeypatch, "fake_rel")
 
 
 def _env(mod, **kw):
