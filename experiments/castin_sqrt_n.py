@@ -49,6 +49,9 @@ class CastinSqrtN(Experiment):
         _grid("gpt2", [-1], [True], ["alice"], N_PAPER),
         _grid("bert-base-uncased", [0, -1], [False], ["ag_news"], N_LONG),
         _grid("gpt2", [0, -1], [True], ["ag_news"], N_LONG),
+        # the sixth of twelve layers (index 5), the middle layer the issue reports the authors measured
+        _grid("bert-base-uncased", [5], [False], ["alice"], N_PAPER),
+        _grid("gpt2", [5], [True], ["alice"], N_PAPER),
     ]
     quick = [_grid("minilm", [0, -1], [False, True], ["alice"], [2, 4, 8, 16, 32, 64], count=4),
              _grid("minilm", [-1], [False], ["ag_news"], [2, 4, 8, 16, 32, 64], count=4),
