@@ -2,7 +2,10 @@
 Lipschitz constant of self-attention, on real inputs, per head and per multi-head layer.
 
 Models: pretrained MiniLM and random-init GPT-2 (causal) on Alice in Wonderland windows of several lengths n,
-and the Fashion-MNIST ViT trained here (jasmin_sweep baseline, n = its token count). Truth: ||J(X)|| by Lanczos
+and the Fashion-MNIST ViTs trained here (n = their token count): the jasmin_sweep baseline and, as JaSMin's Fig. 6
+shows its bound on a JaSMin-trained model, the sweep's JaSMin (k = 10, lambda = 1e-2, mean) and Specformer
+(joint, 1e-2) models (same cached artifacts as jasmin_sweep; column `trained_with`, and `model` reads
+"vit (<regularizer>)"). Truth: ||J(X)|| by Lanczos
 on the layer Jacobian operator (harness.kernels.layer; every head at once for the per-head truth; no residual).
 Bounds: every registered bound (Kim/Specformer, Castin Thm 3.3, JaSMin Thm 3 exact and g_1, LoFAST's eps -> 0
 limit fine / coarse / sharpened / naive, and any plug-in registered with register_bound). Layer values of
@@ -21,6 +24,23 @@ from experiments import _jasmin_common as C
 from harness.registry import Context, Experiment, experiment
 
 MINILM_LAYERS, GPT2_LAYERS, VIT_LAYERS = list(range(6)), list(range(12)), list(range(4))
+# regularized ViTs of the jasmin_sweep grid (entries present at full and quick scale, seed 0)
+REGULARIZED = [{"method": ["jasmin"], "k": [10], "lam": [1e-2], "agg": ["mean"], "train_seed": [0]},
+               {"method": ["specformer"], "variant": ["joint"], "lam": [1e-2], "train_seed": [0]}]
+
+
+def _layers(cell: Dict[str, Any], ctx) -> tuple:
+    """(model label, trained_with, [(layer, X, w, causal)]): text models and the baseline ViT through
+    _jasmin_common.model_layers; a regularized ViT (cell has `method`) from its jasmin_sweep artifact."""
+    if cell["model"] != "vit" or "method" not in cell:
+        return cell["model"], ("baseline" if cell["model"] == "vit" else "pretrained/random init"), \
+            C.model_layers(cell, ctx, offset=100)
+    from harness.models.regularizers import method_label
+
+    model = C.trained_vit(ctx, cell)
+    x, _ = C.eval_images(cell, int(cell["count"]), ctx, offset=100)
+    label = method_label(**C.regularizer_args(cell))
+    return f"vit ({label})", label, C.vit_layers(model, x, list(cell["layers"]), ctx)
 
 
 @experiment
@@ -31,10 +51,12 @@ class BoundLeaderboard(Experiment):
     figures_ref = ["JaSMin (Yudin et al.) Fig. 6 (extended to all bounds and models)"]
     grid = [{"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": [MINILM_LAYERS], "plugins": [[]]},
             {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": [GPT2_LAYERS], "plugins": [[]]},
-            {"model": ["vit"], "count": [8], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_FULL}]
+            {"model": ["vit"], "count": [8], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_FULL},
+            *[dict(r, model=["vit"], count=[8], layers=[VIT_LAYERS], plugins=[[]], **C.VIT_FULL) for r in REGULARIZED]]
     quick = [{"model": ["minilm"], "n": [16, 32], "count": [2], "layers": [MINILM_LAYERS], "plugins": [[]]},
              {"model": ["gpt2"], "n": [16], "count": [1], "layers": [[0, 11]], "plugins": [[]]},
-             {"model": ["vit"], "count": [4], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_QUICK}]
+             {"model": ["vit"], "count": [4], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_QUICK},
+            *[dict(r, model=["vit"], count=[4], layers=[VIT_LAYERS], plugins=[[]], **C.VIT_QUICK) for r in REGULARIZED]]
     test = [{"model": ["minilm"], "n": [8], "count": [1], "layers": [[0]], "plugins": [[]]},
             {"model": ["vit"], "count": [1], "layers": [[0]], "plugins": [[]], **C.VIT_TEST}]
 
@@ -46,11 +68,13 @@ class BoundLeaderboard(Experiment):
         rows: List[Dict[str, Any]] = []
         plugins = [b.name for spec in cell.get("plugins", []) for b in registry.register_bound(spec, replace=True)]
         names = [n for n in registry.bound_names() if n != "truth" and (not registry.get_any(n).user or n in plugins)]
-        for l, X, w, causal in C.model_layers(cell, ctx, offset=100):
+        model, trained_with, layers = _layers(cell, ctx)
+        for l, X, w, causal in layers:
             ev = registry.evaluate(X, w, causal=causal, names=names)
             xn = torch.linalg.matrix_norm(X, ord=2).reshape(-1).tolist()  # (B,)
             R = X.norm(dim=-1).amax(-1).reshape(-1).tolist()  # (B,)
-            for r in ev.rows(model=cell["model"], n=X.shape[-2], layer=l, causal=causal, heads=w.h, d=w.d):
+            for r in ev.rows(model=model, trained_with=trained_with, n=X.shape[-2], layer=l, causal=causal,
+                             heads=w.h, d=w.d):
                 if r["method"] != "truth":
                     rows.append(dict(r, x_spec=xn[r["sample"]], radius=R[r["sample"]]))
         return rows

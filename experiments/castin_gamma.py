@@ -1,10 +1,11 @@
 """Castin et al. App. C.5 (Fig. 2): the scaling factor gamma R^2 of Prop. 3.4 per layer and head on real data.
 
 gamma = max(lam_max / 4, -2 lam_min) over the real eigenvalues of A_c = A_l^T (bias-free weights, MATH.md §3);
-R = mean token norm of the layer's real inputs (forward hooks, `count` extracts of length n), as in the
-paper's Fig. 2 (5 extracts). Prop. 3.4's lower bound grows like sqrt(n) while n << e^{gamma R^2}, so
-n* = e^{gamma R^2} marks where the sqrt(n) regime ends; we report log10 n* and whether it exceeds typical
-context lengths (512). Columns with the max token radius and with biases folded in (JaSMin Remark 2: A of the
+R = mean token norm of the layer's real inputs (forward hooks, `count` extracts of length n), as the paper's
+Fig. 2 text defines it (5 extracts); the authors' code computes R as the RMS token norm sqrt(mean ||x_i||^2)
+(columns radius_rms, gamma_R2_rms), reported beside it. Prop. 3.4's lower bound grows like sqrt(n) while
+n << e^{gamma R^2}, so n* = e^{gamma R^2} marks where the sqrt(n) regime ends; we report log10 n* and whether it
+exceeds typical context lengths (512). Columns with the max token radius and with biases folded in (JaSMin Remark 2: A of the
 augmented weights on [x, 1], radius sqrt(R^2 + 1)) show how sensitive the picture is to those choices.
 gamma comes from a non-symmetric eigenproblem whose real eigenvalues are told apart from complex pairs with a
 1e-9 relative tolerance, so it is computed in float64 (column gamma_dtype); radii follow ctx.dtype.
@@ -39,7 +40,7 @@ class CastinGamma(Experiment):
         got = C.layers(cell, ctx, int(cell["n"]), int(cell["count"]), range(info["n_layers"]))
         for l, lay in got.items():
             r = lay.X.to(ctx.torch_dtype).norm(dim=-1)  # (count, n)
-            R_mean, R_max = float(r.mean()), float(r.max())
+            R_mean, R_max, R_rms = float(r.mean()), float(r.max()), float(r.square().mean().sqrt())
             ch = prop34_choice(C.no_bias(lay.w))  # float64, dh x dh route
             ch_aug = prop34_choice(lay.w.augmented())
             for h, (c, ca) in enumerate(zip(ch, ch_aug)):
@@ -47,7 +48,8 @@ class CastinGamma(Experiment):
                 ga = math.nan if ca is None else float(ca["gamma"])
                 gr2 = g * R_mean ** 2
                 rows.append(dict(layer=l, head=h, gamma=g, gamma_dtype="float64", radius_mean=R_mean,
-                                 radius_max=R_max, gamma_R2=gr2, gamma_R2_max=g * R_max ** 2,
+                                 radius_max=R_max, radius_rms=R_rms, gamma_R2=gr2, gamma_R2_max=g * R_max ** 2,
+                                 gamma_R2_rms=g * R_rms ** 2,
                                  gamma_R2_biased=ga * (R_mean ** 2 + 1), log10_nstar=gr2 / math.log(10),
                                  case=None if c is None else c["case"],
                                  lam=math.nan if c is None else float(c["lam"]),

@@ -5,7 +5,9 @@ R(-u, u, ..., u), R = radius_factor x the mean token radius of the layer's real 
 of length `radius_n`). Per (n, head): ||J_F(X)|| of the multi-head layer with biases (causally masked when
 `masked`) and the paper code's estimator (ctx.dtype), the Thm 3.3 bound (float64), the bias-free head-alone
 constant ||Df_l(X)|| (ctx.dtype) and Prop. 3.4's lower bound for that head (float64; NaN under a mask, where it
-is not proved). Inputs and certificates are float64 (column certificate_dtype), the estimates ctx.dtype.
+is not proved). `map`: "layer" = the self-attention layer with W^O and biases; "self" = Hugging Face's
+`attention.self` (heads concatenated, no W^O, no output bias), the map the authors' adversarial code measured.
+Inputs and certificates are float64 (column certificate_dtype), the estimates ctx.dtype.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 from harness.bounds.castin import adversarial_input, layer_bound, lower_bound, prop34_choice
 from harness.kernels import layer as L
+from harness.kernels.attention import AttentionWeights
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
@@ -23,9 +26,16 @@ from . import _castin_common as C
 N_ADV = [2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 100]
 
 
-def _grid(model, layers, masked, factors, ns=N_ADV, count=10):
+def _grid(model, layers, masked, factors, ns=N_ADV, count=10, maps=("layer",)):
     return {"model": [model], "pretrained": ["auto"], "layer": layers, "masked": masked, "corpus": ["alice"],
-            "radius_factor": factors, "radius_n": [64], "radius_count": [count], "n": [ns]}
+            "radius_factor": factors, "radius_n": [64], "radius_count": [count], "n": [ns], "map": list(maps)}
+
+
+def self_map(w: AttentionWeights) -> AttentionWeights:
+    """The weights of Hugging Face's `attention.self` (what the authors' adversarial code measured): the heads'
+    outputs P_l (X wv_l + bv_l) concatenated, no W^O and no output bias (wo = identity blocks)."""
+    eye = torch.eye(w.d, dtype=w.wq.dtype, device=w.wq.device).reshape(w.h, w.dh, w.d)
+    return AttentionWeights(w.wq, w.wk, w.wv, eye, w.bq, w.bk, w.bv, None)
 
 
 @experiment
@@ -36,18 +46,18 @@ class CastinSqrtNAdversarial(Experiment):
     figures_ref = ["Castin et al. 2024, Fig. 1 (§5.2, adversarial inputs)", "Castin et al. Prop. 3.4 / Thm 3.3"]
     float32_exempt = ("cpu_s",)  # timings
     grid = [
-        _grid("minilm", [0, -1], [False], [1.0, 2.0]),
+        _grid("minilm", [0, -1], [False], [1.0, 2.0], maps=("layer", "self")),
         _grid("gpt2", [0], [False], [1.0, 4.0]),
-        _grid("bert-base-uncased", [0], [False], [1.0, 4.0]),
+        _grid("bert-base-uncased", [0], [False], [1.0, 4.0], maps=("layer", "self")),
         # masked panels (Prop. 3.4's input under a causal mask; its lower bound is for the unmasked map)
         _grid("minilm", [0, -1], [True], [1.0, 2.0]),
         _grid("gpt2", [0], [True], [1.0, 4.0]),
         _grid("gpt2", [-1], [False, True], [1.0, 4.0]),
         _grid("bert-base-uncased", [-1], [False], [1.0, 4.0]),
     ]
-    quick = [_grid("minilm", [-1], [False], [1.0, 2.0], [2, 4, 8, 16, 32, 64])]
-    test = [dict(_grid("tiny-bert", [0], [False, True], [2.0], [2, 4, 8], count=3), corpus=["synthetic"],
-                 radius_n=[16])]
+    quick = [_grid("minilm", [-1], [False], [1.0, 2.0], [2, 4, 8, 16, 32, 64], maps=("layer", "self"))]
+    test = [dict(_grid("tiny-bert", [0], [False, True], [2.0], [2, 4, 8], count=3, maps=("layer", "self")),
+                 corpus=["synthetic"], radius_n=[16])]
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per (n, head) for the heads whose A_c has a real eigenvalue."""
@@ -56,7 +66,9 @@ class CastinSqrtNAdversarial(Experiment):
         real = C.layer(cell, ctx, int(cell["radius_n"]), int(cell["radius_count"]))
         R0 = float(real.X.norm(dim=-1).mean())  # mean token radius of real inputs (float64)
         R = float(cell["radius_factor"]) * R0
-        w64 = real.w
+        if cell["map"] not in ("layer", "self"):
+            raise ValueError(f"map must be 'layer' (with W^O) or 'self' (attention.self), got {cell['map']!r}")
+        w64 = real.w if cell["map"] == "layer" else self_map(real.w)
         wnb = C.no_bias(w64)
         choice = prop34_choice(wnb)  # dh x dh eigenproblems (factored route), float64
         heads = [l for l, c in enumerate(choice) if c is not None]
@@ -83,7 +95,7 @@ class CastinSqrtNAdversarial(Experiment):
                                  lipschitz_head=float(res_h.value[b]),
                                  lower_bound=lbs_nan if masked else float(lbs[l]), certificate_dtype="float64",
                                  iters=int(res.iters), iters_head=int(res_h.iters),
-                                 converged=bool(res.converged[b]) and bool(res_h.converged[b]),
+                                 map=cell["map"], converged=bool(res.converged[b]) and bool(res_h.converged[b]),
                                  cpu_s=cpu / len(heads), causal=masked, pretrained=bool(info["pretrained"]),
                                  weights_source=info["source"], d=info["d"], heads=info["n_heads"]))
         return rows
