@@ -1,5 +1,5 @@
-"""Castin et al. §4.2 / Fig. 2 (mass splitting): where duplicating a token and moving the copies apart changes
-the output of self-attention more than moving the token.
+"""Castin et al. arXiv v1 §4.2 / Fig. 2 (mass splitting): where duplicating a token and moving the copies apart
+changes the output of self-attention more than moving the token.
 
 Setting (MATH.md §3): d = 1, A = -2, V = 1, two atoms at x1, x2 with masses (p, 1-p), p = a / (a + b).
 Two independent routes on the same (x1, x2) grid:
@@ -26,10 +26,11 @@ EXAMPLE = {"x1": -3.0, "x2": -0.3}
 
 @experiment
 class MassSplitting(Experiment):
-    """Castin §4.2: 1-D phase map of mass splitting, weighted criterion vs explicit duplication."""
+    """Castin arXiv v1 §4.2: 1-D phase map of mass splitting, weighted criterion vs explicit duplication."""
 
     name = "mass_splitting"
-    figures_ref = ["Castin et al. 2024, §4.2 / Fig. 2 (mass splitting phase map)", "MATH.md §3 worked example"]
+    figures_ref = ["Castin et al., arXiv v1 §4.2 / Fig. 2 (mass splitting phase map; in the ICML 2024 text §4.2 is "
+                   "masked attention and Fig. 2 the gamma R^2 plot)", "MATH.md §3 worked example"]
     grid = {"a": [1, 1, 1, 2], "b": [1, 2, 4, 1], "resolution": [161], "extent": [4.0]}
     paired = [("a", "b")]  # masses p = a / (a + b)
     quick = {"a": [1, 1, 1], "b": [1, 2, 4], "resolution": [81]}
