@@ -50,46 +50,58 @@ def _ticks(ax):
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _label(model, layer, masked=None, extra=""):
-    m = "masked" if masked else "unmasked"
-    return f"{model} L{layer}" + ("" if masked is None else f" {m}") + (f" {extra}" if extra else "")
+def _label(model, layer, masked=None, extra="", pretrained=True):
+    from ._figures import layer_name, model_name
 
-
-def _grid_axes(groups):
-    ncol = min(4, len(groups))
-    fig, axes = plotting.figure(math.ceil(len(groups) / ncol), ncol, squeeze=False)
-    for ax in list(axes.flat)[len(groups):]:
-        ax.set_visible(False)
-    return fig, axes
+    m = "causal mask" if masked else "no mask"
+    return f"{model_name(model, pretrained)}, {layer_name(model, layer)}" + ("" if masked is None else f"\n{m}") + \
+        (f", {extra}" if extra else "")
 
 
 def _pre(g) -> str:
     return "" if g["pretrained"].iloc[0] else " (random)"
 
 
+def _loglog_n(ax, ylabel):
+    ax.set_xlabel("sequence length n (tokens)")
+    ax.set_ylabel(ylabel)
+    _ticks(ax)
+
+
+MAP_NOTE = {"layer": "map: multi-head attention layer with W^O and biases, no residual / LayerNorm",
+            "self": "map: attention.self (heads concatenated, no W^O), as the authors' adversarial code"}
+
+
+def _map_note(table) -> str:
+    maps = list(dict.fromkeys(table["map"])) if "map" in table.columns else []
+    return " ".join(f"{MAP_NOTE.get(m, f'map {m}')}." for m in maps)
+
+
 # ---- castin_sqrt_n (real data) -------------------------------------------------------------------------------
 def sqrt_n_real_figure(table, outdir):
-    """Fig. 1 analogue on real data, log-log, paper estimator and Thm 3.3 overlaid."""
-    groups = list(table.groupby(["model", "layer", "masked", "corpus"], sort=False))
-    fig, axes = _grid_axes(groups)
-    for ax, (k, g) in zip(axes.flat, groups):
+    """Fig. 1 analogue on real data, log-log, paper estimator and Thm 3.3 overlaid; one panel per
+    (model, layer, mask, corpus[, map])."""
+    from ._figures import facets, models_note
+
+    def draw(ax, k, g):
         med = g.groupby("n").median(numeric_only=True)
         ax.scatter(g["n"], g["lipschitz"], s=4, color=plotting.color("lipschitz"), alpha=0.5)
-        plotting.loglog(ax, med.index, med["lipschitz"], "||Df(X)|| (ours)", key="lipschitz", markersize=2)
+        plotting.loglog(ax, med.index, med["lipschitz"], "||Df(X)||, true (ours; dots: sequences)", key="lipschitz",
+                        markersize=2)
         ax.scatter(g["n"], g["paper_estimator"], s=4, color=plotting.color("paper"), alpha=0.5)
-        plotting.loglog(ax, med.index, med["paper_estimator"], "paper estimator", key="paper", markersize=2)
-        plotting.loglog(ax, med.index, med["bound_castin"], "Thm 3.3 bound", key="castin", linestyle="--",
+        plotting.loglog(ax, med.index, med["paper_estimator"], "paper's estimator sqrt(||J^T F(X)||)", key="paper",
+                        markersize=2)
+        plotting.loglog(ax, med.index, med["bound_castin"], "Thm 3.3 upper bound", key="castin", linestyle="--",
                         marker=None)
         fl, fp = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["paper_estimator"])
-        plotting.caption(ax, f"{_label(k[0], k[1], k[2], k[3])}\nslope ours {fl['slope']:.2f}, "
-                             f"paper est. {fp['slope']:.2f}")
-        ax.set_xlabel("n")
-        _ticks(ax)
-    axes.flat[0].legend(fontsize=6)
-    plotting.footnote(fig, "Paper: pretrained BERT-base / GPT-2. Here: pretrained MiniLM-L6 (BERT family); "
-                           "BERT-base and GPT-2 with random weights (no weights offline). Map: attention layer "
-                           "with biases, no residual / LayerNorm.")
-    return plotting.save(fig, outdir, "castin_sqrt_n_real")
+        plotting.caption(ax, _label(k[0], k[1], k[2], k[3] + (f", map {k[4]}" if len(k) > 4 else ""),
+                                    g["pretrained"].iloc[0]) + f"\nslope {fl['slope']:.2f} (paper est. {fp['slope']:.2f})")
+        _loglog_n(ax, "||Df(X)||")
+
+    return facets(table, ["model", "layer", "masked", "corpus", "map"], outdir, "castin_sqrt_n_real", draw,
+                  "Local Lipschitz constant of attention vs sequence length, real text (log-log)",
+                  note=models_note(table["model"]) + " Paper: pretrained BERT-base / GPT-2. "
+                  + (_map_note(table) or MAP_NOTE["layer"] + ".") + " Slopes: least squares in log-log.")
 
 
 DIFFERS_MODELS = """- *Models*: no BERT-base / GPT-2 weights offline. The pretrained model is MiniLM-L6 (all-MiniLM-L6-v2, BERT
@@ -132,29 +144,36 @@ def sqrt_n_real_summary(table) -> str:
 
 # ---- castin_sqrt_n_adversarial ---------------------------------------------------------------------------------
 def sqrt_n_adversarial_figure(table, outdir):
-    """Fig. 1 analogue at Prop. 3.4's inputs: the layer and the head alone, lower and upper bounds."""
-    groups = list(table.groupby(["model", "layer", "masked", "radius_factor"], sort=False))
-    fig, axes = _grid_axes(groups)
-    for ax, (k, g) in zip(axes.flat, groups):
+    """Fig. 1 analogue at Prop. 3.4's inputs: the map and the head alone, lower and upper bounds; one image per
+    measured map (column `map`, where present) and at most 16 panels each."""
+    from ._figures import facets, models_note
+
+    def draw(ax, k, g):
         best = int(g.loc[g["gamma"].idxmax(), "head"])
-        for l, gh in g.groupby("head"):
-            ax.loglog(gh["n"], gh["lipschitz"], color=plotting.color("lipschitz"), alpha=0.25, lw=0.7)
+        for _, gh in g.groupby("head"):
+            ax.loglog(gh["n"], gh["lipschitz"], color=plotting.color("lipschitz"), alpha=0.25, lw=0.7,
+                      label="||Df(X)|| at each head's input (thin)")
         gb = g[g["head"] == best]
-        plotting.loglog(ax, gb["n"], gb["lipschitz"], f"||Df|| layer, head {best}", key="lipschitz", markersize=2)
-        plotting.loglog(ax, gb["n"], gb["lipschitz_head"], "||Df_l|| head alone", key="ours", markersize=2)
-        plotting.loglog(ax, gb["n"], gb["lower_bound"], "Prop 3.4 lower bound", key="lower", linestyle=":",
+        plotting.loglog(ax, gb["n"], gb["lipschitz"], "||Df(X)||, input of the head with max gamma",
+                        key="lipschitz", markersize=2)
+        plotting.loglog(ax, gb["n"], gb["lipschitz_head"], "||Df_l(X)||, that head alone", key="ours",
+                        markersize=2)
+        plotting.loglog(ax, gb["n"], gb["lower_bound"], "Prop 3.4 lower bound (no mask only)", key="lower",
+                        linestyle=":", marker=None)
+        plotting.loglog(ax, gb["n"], gb["paper_estimator"], "paper's estimator", key="paper", markersize=2)
+        plotting.loglog(ax, gb["n"], gb["bound_castin"], "Thm 3.3 upper bound", key="castin", linestyle="--",
                         marker=None)
-        plotting.loglog(ax, gb["n"], gb["paper_estimator"], "paper estimator", key="paper", markersize=2)
-        plotting.loglog(ax, gb["n"], gb["bound_castin"], "Thm 3.3 bound", key="castin", linestyle="--", marker=None)
         f = loglog_fit(gb["n"], gb["lipschitz"])
-        plotting.caption(ax, f"{_label(k[0], k[1], k[2])} R={g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)\n"
-                             f"head {best}: slope {f['slope']:.2f}, C={f['const_sqrt']:.2f}")
-        ax.set_xlabel("n")
-        _ticks(ax)
-    axes.flat[0].legend(fontsize=6)
-    plotting.footnote(fig, "Adversarial inputs of Prop. 3.4 per head; thin lines: all heads. R = factor x mean "
-                           "token radius of the layer's real Alice inputs.")
-    return plotting.save(fig, outdir, "castin_sqrt_n_adversarial")
+        plotting.caption(ax, _label(k[0], k[1], k[2], f"R = {g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)",
+                                    g["pretrained"].iloc[0]) + f"\nhead {best}: slope {f['slope']:.2f}")
+        _loglog_n(ax, "||Df(X)|| (log)")
+
+    return facets(table, ["model", "layer", "masked", "radius_factor"], outdir, "castin_sqrt_n_adversarial", draw,
+                  "Local Lipschitz constant vs n at Prop. 3.4's adversarial inputs (log-log)", split="map",
+                  split_title=lambda m: MAP_NOTE.get(m, f"map {m}").split(" (")[0].replace("map: ", ""),
+                  note="Inputs: Prop. 3.4's adversarial sequence for each head with a real eigenvalue of A_c; R = "
+                  "factor x mean token radius of the layer's real Alice inputs. " + models_note(table["model"])
+                  + " " + (_map_note(table) or MAP_NOTE["layer"] + "."))
 
 
 def sqrt_n_adversarial_summary(table) -> str:
@@ -190,24 +209,23 @@ def sqrt_n_adversarial_summary(table) -> str:
 
 # ---- castin_gamma ------------------------------------------------------------------------------------------------
 def gamma_figure(table, outdir):
-    groups = list(table.groupby("model", sort=False))
-    fig, axes = plotting.figure(1, len(groups), squeeze=False)
-    for ax, (m, g) in zip(axes.flat, groups):
-        for l, gl in g.groupby("layer"):
-            ax.scatter(np.full(len(gl), l) + (gl["head"] - gl["head"].mean()) * 0.03, gl["gamma_R2"], s=8,
-                       color=plotting.color("castin"))
+    from ._figures import facets, model_name, models_note
+
+    def draw(ax, k, g):
+        for _, gl in g.groupby("layer"):
+            ax.scatter(gl["layer"] + (gl["head"] - gl["head"].mean()) * 0.03, gl["gamma_R2"], s=8,
+                       color=plotting.color("castin"), label="one head")
         med = g.groupby("layer")["gamma_R2"].median()
         ax.plot(med.index, med.values, color="black", lw=1, label="median over heads")
-        ax.axhline(math.log(512), color="#888888", ls="--", lw=0.8, label="gamma R^2 = ln 512")
+        ax.axhline(math.log(512), color="#888888", ls="--", lw=0.8, label="gamma R^2 = ln 512 (n* = 512)")
         ax.set_yscale("log")
-        ax.set_xlabel("layer")
+        ax.set_xlabel("layer index")
         ax.set_ylabel("gamma R^2 (R = mean token radius)")
-        plotting.caption(ax, f"{m}{_pre(g)}")
-    axes.flat[0].legend(fontsize=6)
-    plotting.footnote(fig, "Paper: pretrained BERT-base, 5 Alice extracts. Here: MiniLM-L6 pretrained; "
-                           "BERT-base / GPT-2 architectures with random weights. Above the dashed line "
-                           "n* = e^{gamma R^2} > 512: sqrt(n) regime covers every usual length.")
-    return plotting.save(fig, outdir, "castin_gamma")
+        plotting.caption(ax, model_name(k[0], g["pretrained"].iloc[0]))
+
+    return facets(table, ["model"], outdir, "castin_gamma", draw, "gamma R^2 of every head (Prop. 3.4's constant)",
+                  ncols=3, note="Paper: pretrained BERT-base, 5 Alice extracts. " + models_note(table["model"])
+                  + " Above the dashed line n* = e^{gamma R^2} > 512: the sqrt(n) regime covers every usual length.")
 
 
 def gamma_summary(table) -> str:
@@ -240,28 +258,29 @@ the tests.
 
 # ---- castin_magnitude --------------------------------------------------------------------------------------------
 def magnitude_figure(table, outdir):
+    from ._figures import models_note, ref
+
     groups = list(table.groupby(["model", "layer"], sort=False))
     fig, axes = plotting.figure(2, len(groups), squeeze=False)
     for j, (k, g) in enumerate(groups):
         med = g.groupby("n").median(numeric_only=True)
         ax = axes[0, j]
         ax.scatter(g["n"], g["radius_mean"], s=4, color=plotting.color("ours"), alpha=0.5)
-        ax.plot(med.index, med["radius_mean"], color=plotting.color("ours"), label="mean ||x_i||")
+        ax.plot(med.index, med["radius_mean"], color=plotting.color("ours"), label="mean ||x_i|| (dots: sequences)")
         ax.plot(med.index, med["radius_max"], color=plotting.color("paper"), label="max ||x_i||")
         ax.set_xscale("log")
-        ax.set_xlabel("n")
-        plotting.caption(ax, f"{k[0]} L{k[1]}: token magnitude")
+        _loglog_n(ax, "token norm ||x_i||")
+        plotting.caption(ax, _label(k[0], k[1], pretrained=g["pretrained"].iloc[0]) + "\ntoken magnitude")
         ax = axes[1, j]
         plotting.loglog(ax, med.index, med["lipschitz"], "||Df(X)||", key="lipschitz", markersize=2)
-        plotting.loglog(ax, med.index, med["lipschitz_rescaled"], "magnitude equalized", key="ours", markersize=2)
+        plotting.loglog(ax, med.index, med["lipschitz_rescaled"], "||Df(X)||, token magnitude equalized",
+                        key="castin", markersize=2)
         f1, f2 = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["lipschitz_rescaled"])
-        plotting.caption(ax, f"slopes {f1['slope']:.2f} / {f2['slope']:.2f}")
-        ax.set_xlabel("n")
-    axes[0, 0].legend(fontsize=6)
-    axes[1, 0].legend(fontsize=6)
-    plotting.footnote(fig, "Paper: pretrained GPT-2 (learned positions). Here: MiniLM-L6 pretrained (learned "
-                           "absolute positions) and GPT-2 with random weights (no GPT-2 weights offline).")
-    return plotting.save(fig, outdir, "castin_magnitude")
+        plotting.caption(ax, f"slope {f1['slope']:.2f}, equalized {f2['slope']:.2f}")
+        _loglog_n(ax, "||Df(X)|| (median)")
+    return plotting.finish(fig, outdir, "castin_magnitude", ref(table), "Token magnitude vs n and its share of the "
+                           "growth of ||Df||", note="Paper: pretrained GPT-2 (learned positions). "
+                           + models_note(table["model"]) + " MiniLM-L6 also has learned absolute positions.")
 
 
 def magnitude_summary(table) -> str:

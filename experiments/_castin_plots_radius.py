@@ -8,28 +8,33 @@ from harness import plotting
 
 from ._castin_plots import fmt_fit, loglog_fit
 
+_NOTE = ("Panels: random d = 8 weights, and one MiniLM-L6 head (pretrained, stands in for BERT-base); "
+         "'last layer (L5)' = MiniLM's sixth layer.")
 WORKED_EXAMPLE = {"x1": -3.0, "x2": -0.3, "unsplit": 1.382, "split": 2.011}  # MATH.md §3
 
 
-def _panels(table, ylabel_key=None):
-    labels = list(dict.fromkeys(table["weights_label"]))
-    fig, axes = plotting.figure(1, len(labels), squeeze=False)
-    return fig, [(ax, lab, table[table["weights_label"] == lab]) for ax, lab in zip(axes.flat, labels)]
+def _facets(table, outdir, stem, draw, title, note=""):
+    """One panel per weights_label ('minilm L-1 head 6' -> 'MiniLM-L6, last layer (L5), head 6')."""
+    from ._figures import facets, pretty
+
+    return facets(table, ["weights_label"], outdir, stem, lambda ax, k, g: draw(ax, pretty(k[0]), g), title,
+                  note=note, ncols=2)
 
 
 # ---- castin_radius_quadratic -------------------------------------------------------------------------------------
 def radius_quadratic_figure(table, outdir):
-    fig, panels = _panels(table)
-    for ax, lab, g in panels:
-        plotting.loglog(ax, g["R"], g["lipschitz"], "||Df_l(X)||", key="lipschitz", markersize=2)
-        plotting.loglog(ax, g["R"], g["lower_bound"], "first-token LB", key="lower", linestyle=":", marker=None)
-        plotting.slope_guide(ax, g["R"], 2.0, (g["R"].iloc[-1], g["lipschitz"].iloc[-1]))
+    def draw(ax, lab, g):
+        plotting.loglog(ax, g["R"], g["lipschitz"], "||Df_l(X)||, one head", key="lipschitz", markersize=2)
+        plotting.loglog(ax, g["R"], g["lower_bound"], "first-token lower bound", key="lower", linestyle=":",
+                        marker=None)
+        plotting.slope_guide(ax, g["R"], 2.0, (g["R"].iloc[-1], g["lipschitz"].iloc[-1]), label="slope 2 (R^2)")
         up = g[g["R"] >= g["R"].median()]
-        f = loglog_fit(up["R"], up["lipschitz"])
-        plotting.caption(ax, f"App C.7, {lab}\nslope (upper half of R) {f['slope']:.2f}")
-        ax.set_xlabel("R")
-    panels[0][0].legend(fontsize=6)
-    return plotting.save(fig, outdir, "castin_radius_quadratic")
+        plotting.caption(ax, f"{lab}\nslope over the upper half of R: {loglog_fit(up['R'], up['lipschitz'])['slope']:.2f}")
+        ax.set_xlabel("input radius R (token norm)")
+        ax.set_ylabel("||Df_l(X)|| (log)")
+
+    return _facets(table, outdir, "castin_radius_quadratic", draw, "Quadratic growth of a head's Lipschitz "
+                   "constant with the input radius (log-log)", note=_NOTE)
 
 
 def radius_quadratic_summary(table) -> str:
@@ -45,16 +50,19 @@ def radius_quadratic_summary(table) -> str:
 
 # ---- castin_radius_large -----------------------------------------------------------------------------------------
 def radius_large_figure(table, outdir):
-    fig, panels = _panels(table)
-    for ax, lab, g in panels:
-        for s, gs in g.groupby("seq"):
-            ax.loglog(gs["R"], gs["ratio"], color=plotting.color("lipschitz"), alpha=0.6, lw=0.8)
-            ax.axhline(gs["limit_ratio"].iloc[0], color=plotting.color("castin"), ls=":", lw=0.8)
-        ax.axhline(1.0, color="#888888", ls="--", lw=0.8)
+    def draw(ax, lab, g):
+        for _, gs in g.groupby("seq"):
+            ax.loglog(gs["R"], gs["ratio"], color=plotting.color("lipschitz"), alpha=0.6, lw=0.8,
+                      label="one input sequence")
+            ax.axhline(gs["limit_ratio"].iloc[0], color=plotting.color("castin"), ls=":", lw=0.8,
+                       label="its exact limit sqrt(max_j #{i: j*(i) = j} / n)")
+        ax.axhline(1.0, color="#888888", ls="--", lw=0.8, label="1 (Thm 3.7's eps(R) -> 1)")
         ax.set_ylabel("||Df(RX)|| / (||V|| sqrt n)")
-        ax.set_xlabel("R")
-        plotting.caption(ax, f"Thm 3.7, {lab}\ndotted: exact limits, dashed: 1")
-    return plotting.save(fig, outdir, "castin_radius_large")
+        ax.set_xlabel("input radius R (token norm)")
+        plotting.caption(ax, lab)
+
+    return _facets(table, outdir, "castin_radius_large", draw, "Large-radius limit of the Lipschitz constant",
+                   note=_NOTE)
 
 
 def radius_large_summary(table) -> str:
@@ -83,18 +91,19 @@ per cell until R^2 x gap = settle for every sequence.
 
 # ---- castin_radius_edge ------------------------------------------------------------------------------------------
 def radius_edge_figure(table, outdir):
-    fig, panels = _panels(table)
-    for ax, lab, g in panels:
-        plotting.semilogy(ax, g["gamma_R2"], g["lipschitz"], "||Df^w||_w (two Diracs)", key="lipschitz",
+    def draw(ax, lab, g):
+        plotting.semilogy(ax, g["gamma_R2"], g["lipschitz"], "||Df^w||_w, two Diracs", key="lipschitz",
                           markersize=2)
         plotting.semilogy(ax, g["gamma_R2"], g["asymptotic_lb"], "Prop 3.6 asymptote", key="lower",
                           linestyle=":", marker=None)
-        plotting.semilogy(ax, g["gamma_R2"], g["meanfield_bound"], "Thm 3.5 bound", key="castin",
+        plotting.semilogy(ax, g["gamma_R2"], g["meanfield_bound"], "Thm 3.5 upper bound", key="castin",
                           linestyle="--", marker=None)
         ax.set_xlabel("gamma R^2")
-        plotting.caption(ax, f"Prop 3.6 edge regime, {lab}")
-    panels[0][0].legend(fontsize=6)
-    return plotting.save(fig, outdir, "castin_radius_edge")
+        ax.set_ylabel("weighted Lipschitz constant (log)")
+        plotting.caption(ax, lab)
+
+    return _facets(table, outdir, "castin_radius_edge", draw, "Mean-field edge regime: exponential growth in "
+                   "gamma R^2", note=_NOTE)
 
 
 def radius_edge_summary(table) -> str:
@@ -118,24 +127,30 @@ ratio to its asymptote tends to 1 rather than staying >= 1.
 
 # ---- mass_splitting ------------------------------------------------------------------------------------------------
 def mass_splitting_figure(table, outdir):
-    grid = table[~table["example"]]
-    groups = list(grid.groupby("p", sort=True))
-    fig, axes = plotting.figure(1, len(groups), squeeze=False)
-    for ax, (p, g) in zip(axes.flat, groups):
+    from ._figures import facets
+
+    def draw(ax, k, g):
         xs = np.sort(g["x1"].unique())
         piv = g.pivot_table(index="x2", columns="x1", values="gain").reindex(index=xs, columns=xs)
         im = ax.imshow(np.log10(piv.values), origin="lower", extent=[xs[0], xs[-1], xs[0], xs[-1]],
                        cmap="viridis", aspect="equal")
         sp = g.pivot_table(index="x2", columns="x1", values="splits_explicit").reindex(index=xs, columns=xs)
-        ax.contour(xs, xs, sp.values.astype(float), levels=[0.5], colors="white", linewidths=0.8)
-        ax.plot([WORKED_EXAMPLE["x1"]], [WORKED_EXAMPLE["x2"]], "r*", ms=6)
-        ax.set_xlabel("x1 (mass p)")
-        ax.set_ylabel("x2 (mass 1-p)")
-        plotting.caption(ax, f"p = {p:.3g}: log10 split / unsplit")
-        fig.colorbar(im, ax=ax, shrink=0.8)
-    plotting.footnote(fig, "d = 1, A = -2, V = 1. White contour: splitting pays (explicit duplication); "
-                           "colour: weighted criterion. Red star: worked example (-3, -0.3).")
-    return plotting.save(fig, outdir, "mass_splitting_phase_map")
+        ax.contour(xs, xs, sp.values.astype(float), levels=[0.5], colors="magenta", linewidths=0.8)
+        ax.plot([], [], color="magenta", lw=0.8, label="splitting pays (explicit duplication), boundary")
+        ax.plot([WORKED_EXAMPLE["x1"]], [WORKED_EXAMPLE["x2"]], "r*", ms=6, label="worked example (-3, -0.3)")
+        ax.set_xlabel("x1 (position of mass p)")
+        ax.set_ylabel("x2 (position of mass 1-p)")
+        ax.grid(False)
+        plotting.caption(ax, f"p = {k[0]:.3g}")
+        fig = ax.figure
+        fig.colorbar(im, ax=ax, shrink=0.8, label="log10(split / unsplit)")
+
+    grid = table[~table["example"]]
+    return facets(grid, ["p"], outdir, "mass_splitting_phase_map", draw, "Where splitting a token's mass "
+                  "increases the Lipschitz constant", ncols=3, panel=(3.6, 3.0),
+                  note="d = 1, A = -2, V = 1. Colour: log10 of the Lipschitz constant after / before splitting "
+                  "(weighted criterion); contour: where an explicit duplication with ordinary attention pays. "
+                  "Paper's Fig. 2 (arXiv v1) finds such regions numerically.")
 
 
 def mass_splitting_summary(table) -> str:

@@ -21,12 +21,17 @@ def leaderboard_figures(table, outdir) -> List:
 
     from harness import plotting
 
+    from ._figures import model_name, models_note, ref
+
     labels = _labels(table)
     methods = list(labels)
+    style = dict(zip(methods, plotting.styles(len(methods))))
     r = table.dropna(subset=["ratio"])
     r = r[r["ratio"] > 0]
     models = list(dict.fromkeys(table["model"]))
-    fig, axes = plotting.figure(2, len(models), width=3.0 * len(models) + 1, height=6.0, squeeze=False)
+    note = ("Paper: Kim/Specformer, Castin and JaSMin per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's "
+            "eps -> 0 limit added. " + models_note(models))
+    fig, axes = plotting.figure(2, len(models), width=3.0 * len(models) + 1.6, height=6.0, squeeze=False)
     for j, m in enumerate(models):
         for i, scope in enumerate(("head", "layer")):
             ax = axes[i, j]
@@ -37,33 +42,35 @@ def leaderboard_figures(table, outdir) -> List:
                 bp = ax.boxplot([data[k] for k in keep], positions=[k + 1 for k in keep], orientation="horizontal",
                                 showfliers=False, patch_artist=True)
                 for patch, k in zip(bp["boxes"], keep):
-                    patch.set_facecolor(plotting.color("bound_" + methods[k]))
+                    patch.set_facecolor(style[methods[k]]["color"])
                     patch.set_alpha(0.6)
             ax.set_yticks(range(1, len(methods) + 1), [labels[k] for k in methods] if j == 0 else [""] * len(methods),
-                          fontsize=6)
+                          fontsize=7)
             ax.set_ylim(0.5, len(methods) + 0.5)
             ax.axvline(0, color="black", lw=0.8)
             ax.set_xlabel("log10(bound / true local Lipschitz)")
-            ax.set_title(f"{m}, per {scope}")
-    paths = plotting.save(fig, outdir, "bound_leaderboard")
+            ax.set_title(f"{model_name(m)}, per {scope}", loc="left")
+    fig.supylabel("bound (box: quartiles over inputs and heads / layers)", fontsize=8)
+    paths = plotting.finish(fig, outdir, "bound_leaderboard", ref(table), "How far each upper bound sits above "
+                            "the true local Lipschitz constant", note=note)
 
     t = r[(r["scope"] == "head") & (r["model"] != "vit")]  # ratio vs n (text models, per head, median)
     if len(t):
         tm = list(dict.fromkeys(t["model"]))
-        fig, axes = plotting.figure(1, len(tm), squeeze=False)
-        for j, m in enumerate(tm):
-            ax = axes[0, j]
+        fig, axes = plotting.grid(len(tm), ncols=min(3, len(tm)))
+        for ax, m in zip(axes, tm):
             for k in methods:
                 s = t[(t["model"] == m) & (t["method"] == k)].groupby("n")["ratio"].median()
                 if len(s):
-                    ax.plot(s.index, s.values, marker="o", label=labels[k], color=plotting.color("bound_" + k))
+                    st = style[k]
+                    ax.plot(s.index, s.values, marker=st["marker"], color=st["color"], label=labels[k])
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_xlabel("sequence length n")
+            ax.set_xlabel("sequence length n (tokens)")
             ax.set_ylabel("median bound / true (per head)")
-            ax.set_title(m)
-        axes[0, 0].legend(fontsize=5)
-        paths += plotting.save(fig, outdir, "bound_leaderboard_vs_n")
+            ax.set_title(model_name(m), loc="left")
+        paths += plotting.finish(fig, outdir, "bound_leaderboard_vs_n", ref(table), "Bound / true ratio vs sequence "
+                                 "length", note=note)
     return paths
 
 
@@ -93,89 +100,137 @@ def leaderboard_summary(table) -> str:
     return "\n".join(lines)
 
 
+def _layer_head_rows(ax, M, L, H, label):
+    """Heat map with one row per (layer, head), layers separated and named on the y axis."""
+    im = ax.imshow(M, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks([r * H + (H - 1) / 2 for r in range(L)], [f"L{r}" for r in range(L)])
+    for r in range(1, L):
+        ax.axhline(r * H - 0.5, color="white", lw=0.6)
+    ax.set_ylabel(f"layer, then head 0-{H - 1} within it")
+    ax.grid(False)
+    ax.figure.colorbar(im, ax=ax, shrink=0.9, label=label)
+    return im
+
+
+def _pairs(m, col):
+    """(L, H, (L*H) x n matrix of `col` by (layer, head) row and query/key column)."""
+    import numpy as np
+
+    L, H = int(m["layer"].max()) + 1, int(m["head"].max()) + 1
+    idx = "key" if "key" in m.columns and col == "attn" else "query"
+    n = int(m[idx].max()) + 1
+    M = np.full((L * H, n), np.nan)
+    M[(m["layer"] * H + m["head"]).astype(int), m[idx].astype(int)] = m[col]
+    return L, H, M
+
+
 def attention_map_figures(table, outdir) -> List:
     """JaSMin Fig. 2: the attention row of the query of interest per layer/head, and full maps (MiniLM)."""
+    import matplotlib.patches
     import numpy as np
 
     from harness import plotting
+
+    from ._figures import model_name, models_note, ref
 
     paths = []
     for name in sorted(set(table["model"])):
         t = table[table["model"] == name]
         m = t[t["map"] == "query"]
-        qrows = m[m["key"] == 0]
+        qrows = m[m["key"] == 0].sort_values(["layer", "head"])
         L, H = int(m["layer"].max()) + 1, int(m["head"].max()) + 1
-        n = int(m["n"].iloc[0])
-        q0 = int(m["query"].iloc[0])
-        fig, axes = plotting.figure(L, H, width=1.25 * H + 0.5, height=1.3 * L + 0.4, squeeze=False)
-        for r in range(L):
-            for c in range(H):
-                ax = axes[r, c]
-                row = m[(m["layer"] == r) & (m["head"] == c)].sort_values("key")["attn"].to_numpy()
+        n, q0 = int(m["n"].iloc[0]), int(m["query"].iloc[0])
+        title = f"{model_name(name)}: attention of query {q0} (mean over samples), exact ||J_sm|| vs g_1"
+        if name == "vit" and L * H <= plotting.MAX_PANELS:
+            side = int(round(math.sqrt(n - 1)))
+            fig, axes = plotting.grid(L * H, ncols=H, panel=(2.0, 2.0))
+            for ax, ((r, c), g) in zip(axes, m.groupby(["layer", "head"])):
+                im = ax.imshow(g.sort_values("key")["attn"].to_numpy()[1:].reshape(side, side), cmap="viridis")
+                ax.add_patch(matplotlib.patches.Rectangle(((q0 - 1) % side - 0.5, (q0 - 1) // side - 0.5), 1, 1,
+                                                          fill=False, ec="red", lw=1.2, label="query patch"))
                 qq = qrows[(qrows["layer"] == r) & (qrows["head"] == c)]
-                if name == "vit":
-                    side = int(round(math.sqrt(n - 1)))
-                    ax.imshow(row[1:].reshape(side, side), cmap="viridis")
-                    qi = q0 - 1
-                    ax.add_patch(__import__("matplotlib").patches.Rectangle(
-                        (qi % side - 0.5, qi // side - 0.5), 1, 1, fill=False, ec="black", lw=1.2))
-                else:
-                    ax.bar(np.arange(n), row, width=1.0, color=plotting.color("exact"))
-                    ax.axvline(q0, color=plotting.color("jasmin"), lw=0.8)
-                ax.set_xticks([])
-                ax.set_yticks([])
+                ax.set_title(f"L{r} head {c}: {qq['jsm_exact'].iloc[0]:.3f} / {qq['g1'].iloc[0]:.3f}", fontsize=7)
+                ax.set_xlabel("patch column")
+                ax.set_ylabel("patch row")
                 ax.grid(False)
-                if len(qq):
-                    ax.set_title(f"{qq['jsm_exact'].iloc[0]:.3f} / {qq['g1'].iloc[0]:.3f}", fontsize=6)
-                if c == 0:
-                    ax.set_ylabel(f"layer {r}", fontsize=6)
-        fig.suptitle(f"{name}: attention of query {q0} (mean over samples); title = exact ||J_sm|| / g_1",
-                     fontsize=8)
-        paths += plotting.save(fig, outdir, f"attention_maps_{name}")
+            fig.colorbar(im, ax=axes, shrink=0.6, label="attention weight")
+            note = "Panel title: exact ||J_sm(P_q)|| / g_1(P_q). " + models_note([name])
+        else:
+            fig, axes = plotting.figure(1, 2, width=10.0, height=max(4.0, 0.075 * L * H + 1.5), squeeze=False,
+                                        gridspec_kw=dict(width_ratios=[3, 1.4]))
+            a, b = axes[0]
+            _layer_head_rows(a, _pairs(m, "attn")[2], L, H, f"attention weight P[{q0}, j]")
+            a.axvline(q0, color="red", lw=0.8, label=f"query position {q0}")
+            a.set_xlabel("key token j")
+            rows = np.arange(len(qrows))
+            b.plot(qrows["g1"], rows, "o", ms=3, color=plotting.color("g1"), label="g_1(P_q) (JaSMin bound)")
+            b.plot(qrows["jsm_exact"], rows, "x", ms=3, color=plotting.color("exact"), label="exact ||J_sm(P_q)||")
+            b.set_ylim(len(rows) - 0.5, -0.5)
+            b.set_yticks(a.get_yticks(), [])
+            b.set_ylabel("same rows")
+            b.set_xlabel("softmax Jacobian norm")
+            note = models_note([name]) + " Text: one Alice window per sample."
+        paths += plotting.finish(fig, outdir, f"attention_maps_{name}", ref(table), title, note=note)
 
         fm = t[t["map"] == "full"]
         if len(fm):
-            Ls = sorted(set(fm["layer"].astype(int)))
-            fig, axes = plotting.figure(1, len(Ls), width=1.8 * len(Ls), height=2.0, squeeze=False)
-            for i, l in enumerate(Ls):
-                s = fm[fm["layer"] == l]
+            layers = sorted(set(fm["layer"].astype(int)))
+            fig, axes = plotting.grid(len(layers), ncols=3, panel=(3.0, 2.9))
+            for ax, lay in zip(axes, layers):
+                s = fm[fm["layer"] == lay]
                 M = np.zeros((n, n))
                 M[s["query"].astype(int), s["key"].astype(int)] = s["attn"]
-                axes[0, i].imshow(M, cmap="viridis")
-                axes[0, i].set_title(f"layer {l}, head 0", fontsize=7)
-                axes[0, i].grid(False)
-                axes[0, i].set_xticks([])
-                axes[0, i].set_yticks([])
-            fig.suptitle(f"{name}: full attention maps of one Alice window (n = {n})", fontsize=8)
-            paths += plotting.save(fig, outdir, f"attention_full_{name}")
-
+                im = ax.imshow(M, cmap="viridis", vmin=0, vmax=1)
+                ax.set_title(f"layer {lay}, head 0", loc="left")
+                ax.set_xlabel("key token j")
+                ax.set_ylabel("query token i")
+                ax.grid(False)
+            fig.colorbar(im, ax=axes, shrink=0.7, label="attention weight P[i, j]")
+            paths += plotting.finish(fig, outdir, f"attention_full_{name}", ref(table),
+                                     f"{model_name(name)}: full attention maps of one Alice window (n = {n})",
+                                     note=models_note([name]))
     return paths
 
 
 def jsm_rows_figures(table, outdir) -> List:
-    """JaSMin Fig. 2 (curves): exact ||J_sm(P_i)|| and g_1(P_i) per query row, every layer/head."""
+    """JaSMin Fig. 2 (curves): exact ||J_sm(P_i)|| and g_1(P_i) per query row, every layer/head: heat maps of all
+    (layer, head) rows, then the curves of at most 16 of them (per layer the loosest and the tightest head)."""
     from harness import plotting
+
+    from ._figures import facets, model_name, models_note, ref
 
     paths = []
     for name in sorted(set(table["model"])):
-        qrows = table[table["model"] == name]
-        L, H = int(qrows["layer"].max()) + 1, int(qrows["head"].max()) + 1
-        fig, axes = plotting.figure(L, H, width=1.25 * H + 0.5, height=1.1 * L + 0.4, squeeze=False, sharey=True)
-        for r in range(L):
-            for c in range(H):
-                ax = axes[r, c]
-                s = qrows[(qrows["layer"] == r) & (qrows["head"] == c)].sort_values("query")
-                ax.plot(s["query"], s["g1"], color=plotting.color("g1"), lw=0.8, label="g_1")
-                ax.plot(s["query"], s["jsm_exact"], color=plotting.color("exact"), lw=0.8, ls="--", label="exact")
-                ax.set_xticks([])
-                ax.tick_params(labelsize=5)
-                if c == 0:
-                    ax.set_ylabel(f"layer {r}", fontsize=6)
-        axes[0, 0].legend(fontsize=5)
-        fig.suptitle(f"{name}: per query row, exact ||J_sm(P_i)|| (dashed) and g_1(P_i) (mean over samples)",
-                     fontsize=8)
-        paths += plotting.save(fig, outdir, f"jsm_vs_g1_{name}")
+        q = table[table["model"] == name]
+        L, H, ex = _pairs(q, "jsm_exact")
+        g1 = _pairs(q, "g1")[2]
+        fig, axes = plotting.figure(1, 2, width=10.0, height=max(4.0, 0.075 * L * H + 1.5), squeeze=False)
+        _layer_head_rows(axes[0, 0], ex, L, H, "exact ||J_sm(P_i)||")
+        ratio = _pairs(q, "ratio_mean")[2] if "ratio_mean" in q.columns else g1 / ex
+        _layer_head_rows(axes[0, 1], ratio, L, H, "g_1(P_i) / ||J_sm(P_i)||, mean over samples (>= 1)")
+        for ax, t in zip(axes[0], ("(a) exact softmax Jacobian norm", "(b) looseness of the g_1 bound")):
+            ax.set_xlabel("query token i")
+            plotting.caption(ax, t)
+        title = f"{model_name(name)}: per query row, exact ||J_sm(P_i)|| and g_1(P_i) (mean over samples)"
+        paths += plotting.finish(fig, outdir, f"jsm_vs_g1_{name}", ref(table), title, note=models_note([name]))
 
+        mean = q.assign(r=q["g1"] / q["jsm_exact"]).groupby(["layer", "head"])["r"].mean()
+        pick = list(mean.index) if len(mean) <= plotting.MAX_PANELS else \
+            sorted({(lay, h) for lay in range(L) for h in (mean[lay].idxmax(), mean[lay].idxmin())})
+        sel = q.set_index(["layer", "head"]).loc[list(pick)].reset_index()
+
+        def draw(ax, k, s):
+            s = s.sort_values("query")
+            ax.plot(s["query"], s["g1"], color=plotting.color("g1"), lw=0.9, label="g_1(P_i) (JaSMin bound)")
+            ax.plot(s["query"], s["jsm_exact"], color=plotting.color("exact"), lw=0.9, ls="--",
+                    label="exact ||J_sm(P_i)||")
+            ax.set_xlabel("query token i")
+            ax.set_ylabel("||J_sm|| (norm)")
+            plotting.caption(ax, f"layer {k[0]}, head {k[1]}: mean ratio {mean[k]:.2f}")
+
+        few = "" if len(pick) == len(mean) else ", per layer the loosest and the tightest head"
+        paths += facets(sel, ["layer", "head"], outdir, f"jsm_vs_g1_{name}_rows", draw, title + few,
+                        note=models_note([name]), panel=(3.0, 2.3))
     return paths
 
 
@@ -183,18 +238,16 @@ def ratio_hist_figure(table, outdir) -> List:
     """JaSMin Fig. 3: histogram of g_1(P_i) / ||J_sm(P_i)|| over every row of every sample."""
     from harness import plotting
 
-    h = table
-    models = sorted(set(h["model"]))
-    fig, axes = plotting.figure(1, len(models), squeeze=False)
-    for i, name in enumerate(models):
-        s = h[h["model"] == name]
-        ax = axes[0, i]
+    from ._figures import facets, model_name, models_note
+
+    def draw(ax, k, s):
         ax.bar(s["bin_lo"], s["count"], width=(s["bin_hi"] - s["bin_lo"]), align="edge",
-               color=plotting.color("g1"))
-        ax.axvline(1.0, color="black", lw=0.8)
+               color=plotting.color("g1"), label="attention rows")
+        ax.axvline(1.0, color="black", lw=0.8, label="ratio 1 (g_1 exact)")
         ax.set_yscale("log")
         ax.set_xlabel("g_1(P_i) / ||J_sm(P_i)||")
-        ax.set_ylabel("rows")
-        ax.set_title(f"{name} (Fig. 3 analogue)")
-    return plotting.save(fig, outdir, "ratio_hist")
+        ax.set_ylabel("number of attention rows (log)")
+        ax.set_title(model_name(k[0]), loc="left")
 
+    return facets(table, ["model"], outdir, "ratio_hist", draw, "How loose JaSMin's g_1 is, row by row",
+                  ncols=3, note=models_note(table["model"]))

@@ -24,42 +24,52 @@ def config_label(t) -> "pd.Series":
             + t.vo_norm.map(lambda v: f"{float(v):g}"))
 
 
+CONFIG_NOTE = ("Panel 'a layers, h heads, c': a Lipschitz transformer with a layers and h heads whose W^V and W^O "
+               "are each constrained to spectral norm <= c (tables write it L<a>-h<h>-c<c>).")
+
+
+def _config_title(t) -> str:
+    r = t.iloc[0]
+    a = int(r.layers)
+    return f"{a} layer{'s' * (a != 1)}, {int(r.heads)} heads, c = {float(r.vo_norm):g}"
+
+
 def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours: str):
     """Certified accuracy vs eps per config (4 bounds + PGD + clean) and the radius distributions."""
     from harness import plotting
 
-    table = table.assign(config=config_label(table))
+    from ._figures import facets
+
+    table = table.assign(config=config_label(table)).sort_values("config", kind="stable")
     curves = table[table.kind == "curve"]
-    configs = sorted(curves.config.unique())
-    fig, axes = plotting.figure(1, len(configs), squeeze=False)
-    for ax, cfgname in zip(axes[0], configs):
-        t = curves[curves.config == cfgname]
+    note = (f"Paper: {paper}. Here: {ours}, {int(curves.n_points.iloc[0])} test points (CPU budget). "
+            + CONFIG_NOTE)
+
+    def draw_curves(ax, k, t):
         for b in BOUNDS:
             s = t[t.bound == b].sort_values("eps")
-            ax.plot(s.eps, s.certified_acc, label=BOUND_LABELS[b], **BOUND_STYLE[b])
+            ax.plot(s.eps, s.certified_acc, label=f"certified, {BOUND_LABELS[b]}", **BOUND_STYLE[b])
         s = t[t.bound == "fine"].sort_values("eps")
-        ax.plot(s.eps, s.pgd_acc, label="PGD (empirical)", **BOUND_STYLE["pgd"])
-        ax.axhline(float(s.clean_acc.iloc[0]), color="#000000", lw=0.7, ls="--", label="clean")
+        ax.plot(s.eps, s.pgd_acc, label="PGD accuracy (empirical upper limit)", **BOUND_STYLE["pgd"])
+        ax.axhline(float(s.clean_acc.iloc[0]), color="#000000", lw=0.7, ls="--", label="clean accuracy")
         ax.set_xlabel(xlabel)
+        ax.set_ylabel("accuracy (fraction of test points)")
         ax.set_ylim(0, 1)
-        plotting.caption(ax, cfgname)
-    axes[0][0].set_ylabel("accuracy")
-    axes[0][-1].legend(loc="upper right", fontsize=6)
-    plotting.substitute_note(fig, paper, f"{ours}, {int(curves.n_points.iloc[0])} test points", "CPU budget")
-    paths = plotting.save(fig, outdir, f"{stem}_curves")
+        plotting.caption(ax, _config_title(t))
 
-    rad = table[table.kind == "radius"]
-    fig, axes = plotting.figure(1, len(configs), squeeze=False)
-    for ax, cfgname in zip(axes[0], configs):
-        t = rad[rad.config == cfgname]
+    def draw_radius(ax, k, t):
         for b in BOUNDS:
             r = np.sort(t[t.bound == b].radius.to_numpy())
-            ax.plot(r, 1 - np.arange(len(r)) / max(len(r), 1), label=BOUND_LABELS[b], **BOUND_STYLE[b])
-        ax.set_xlabel("certified radius")
-        plotting.caption(ax, cfgname)
-    axes[0][0].set_ylabel("fraction of points with radius >= x")
-    axes[0][-1].legend(fontsize=6)
-    return paths + plotting.save(fig, outdir, f"{stem}_radius")
+            ax.plot(r, 1 - np.arange(len(r)) / max(len(r), 1), label=f"certified, {BOUND_LABELS[b]}",
+                    **BOUND_STYLE[b])
+        ax.set_xlabel("certified l2 radius r")
+        ax.set_ylabel("fraction of points with radius >= r")
+        plotting.caption(ax, _config_title(t))
+
+    paths = facets(curves, ["config"], outdir, f"{stem}_curves", draw_curves, "Certified and empirical "
+                   "accuracy vs perturbation size", note=note, ncols=3)
+    return paths + facets(table[table.kind == "radius"], ["config"], outdir, f"{stem}_radius", draw_radius,
+                          "Distribution of certified radii", note=note, ncols=3)
 
 
 def certified_summary(table, eps_ref: float) -> str:
@@ -97,6 +107,47 @@ def input_norm_ratios(table):
     return g.reset_index()
 
 
+SOURCES = {"vit": "LipViT, layer 0", "minilm": "MiniLM-L6, layer 0"}
+
+
+def plot_input_norm(table, outdir: Path):
+    """Fig. 4: bound / PGD at the largest eps vs the input scale per source, and bound and PGD vs eps per scale."""
+    from ._figures import facets
+
+    r = input_norm_ratios(table)
+    e = r.eps.max()
+    note = ("Inputs: unit-norm token rows scaled by s. Layer 0 of the Fashion-MNIST LipViT (2 layers, 8 heads, "
+            "c = 0.5) and of pretrained MiniLM-L6 (biases dropped; SST-2 tokens). Paper: a CIFAR-10 ViT layer.")
+
+    def draw_ratio(ax, k, t):
+        t = t.sort_values("input_scale")
+        for v in BOUNDS:
+            ax.plot(t.input_scale, t[f"ratio_{v}"], marker="o", label=BOUND_LABELS[v], **BOUND_STYLE[v])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="#555555", lw=0.7, label="ratio 1 (bound = PGD)")
+        ax.set_xlabel("input scale s (rows of norm s)")
+        ax.set_ylabel(f"bound / PGD at eps = {e:.3g}")
+        ax.set_title(SOURCES.get(k[0], k[0]), loc="left")
+
+    def draw_curves(ax, k, t):
+        for v in list(BOUNDS) + ["pgd_plain", "pgd"]:
+            m = t.groupby("eps")[COLUMN[v]].mean()
+            m = m[m > 0]  # log axis: eps = 0 has no change
+            ax.plot(m.index, m.values, label={"pgd": "PGD + Lemma 1 start", "pgd_plain": "PGD (random starts)"}
+                    .get(v) or BOUND_LABELS[v], **BOUND_STYLE[v])
+        ax.set_yscale("log")
+        ax.set_xlabel("perturbation size eps (Frobenius norm)")
+        ax.set_ylabel("||F(X') - F(X)||_F (mean)")
+        ax.set_title(f"{SOURCES.get(k[0], k[0])}, input scale s = {k[1]:g}", loc="left")
+
+    first = table[table.source == sorted(table.source.unique())[0]].sort_values("input_scale")
+    return (facets(r[np.isclose(r.eps, e)].sort_values("source"), ["source"], outdir, "lofast_input_norm_ratio",
+                   draw_ratio, "Bound / PGD ratio vs input norm", note=note, ncols=2)
+            + facets(first, ["source", "input_scale"], outdir, "lofast_input_norm_curves", draw_curves,
+                     "Upper bounds and PGD lower bounds vs eps, by input scale", note=note, ncols=3))
+
+
 TIGHTNESS_LABELS = {("delta21", "fine"): "delta21^(1) exact ||M||", ("delta21", "coarse"): "delta21^(2) xi",
                     ("delta21", "sharp"): "delta21^(1), softmax 1/2 (ours)", ("delta21", "pgd"): "PGD",
                     ("delta22", "fine"): "delta22^(1) (eq. 15)", ("delta22", "naive"): "delta22^(2) naive",
@@ -106,25 +157,44 @@ TIGHTNESS_LABELS = {("delta21", "fine"): "delta21^(1) exact ||M||", ("delta21", 
                     ("delta", "pgd"): "PGD + Lemma 1 start", ("delta", "pgd_plain"): "PGD (random starts)"}
 
 
+VARIANT_LABELS = {"naive": "naive: delta22^(2) / eq. 23 with eq. 9", "coarse": "paper, xi: delta21^(2) / eq. 23",
+                  "fine": "exact ||M||: delta21^(1), delta22^(1) (eq. 15), eq. 23 (ours)",
+                  "sharp": "exact ||M||, softmax 1/2 (ours)", "pgd": "PGD lower bound (delta: + Lemma 1 start)",
+                  "pgd_plain": "PGD lower bound, random starts"}
+
+
+def readable(model: str) -> str:
+    """'LipViT L2-h8-c0.5 layer 0' -> 'LipViT (2 layers, 8 heads, c = 0.5), layer 0'."""
+    import re
+
+    s = re.sub(r"L(\d+)-h(\d+)-c([\d.]+)", r"(\1 layers, \2 heads, c = \3),", str(model))
+    return s.replace("all-MiniLM-L6-v2", "MiniLM-L6").replace(" (biases dropped)", ", no biases")
+
+
 def plot_quantities(table, outdir: Path, stem: str):
     """One panel per (source, quantity): each bound and lower bound vs eps (means over samples)."""
     from harness import plotting
 
-    sources = sorted(table.source.unique())
-    qs = ["delta21", "delta22", "delta"]
-    fig, axes = plotting.figure(len(sources), 3, squeeze=False)
-    for r, src in enumerate(sources):
-        for c, q in enumerate(qs):
-            ax = axes[r][c]
-            t = table[(table.source == src) & (table.quantity == q)]
-            for v in ["naive", "coarse", "fine", "sharp", "pgd_plain", "pgd"]:
-                s = t.groupby("eps")[COLUMN[v]].mean().dropna()
-                if len(s) and (q, v) in TIGHTNESS_LABELS:
-                    ax.plot(s.index, s.values, label=TIGHTNESS_LABELS[(q, v)], **BOUND_STYLE[v])
-            ax.set_xlabel("eps")
-            plotting.caption(ax, f"{src}: {'single head ' if q != 'delta' else 'multi-head '}{q}")
-            ax.legend(fontsize=5)
-    return plotting.save(fig, outdir, stem)
+    from ._figures import facets
+
+    names = {"delta21": "single head, delta_21", "delta22": "single head, delta_22",
+             "delta": "multi-head layer, delta (eq. 23)"}
+
+    def draw(ax, k, t):
+        src, q = k
+        for v in ["naive", "coarse", "fine", "sharp", "pgd_plain", "pgd"]:
+            s = t.groupby("eps")[COLUMN[v]].mean().dropna()
+            if len(s) and (q, v) in TIGHTNESS_LABELS:
+                ax.plot(s.index, s.values, label=VARIANT_LABELS[v], **BOUND_STYLE[v])
+        ax.set_xlabel("perturbation size eps (Frobenius norm)")
+        ax.set_ylabel(f"{q} (mean over samples)")
+        plotting.caption(ax, f"{readable(t.model.iloc[0]) if 'model' in t else src}\n{names.get(q, q)}")
+
+    t = table.assign(qo=table.quantity.map({"delta21": 0, "delta22": 1, "delta": 2})).sort_values(["source", "qo"])
+    return facets(t, ["source", "quantity"], outdir, stem, draw, "Theorem 1's terms: upper bounds vs PGD lower "
+                  "bounds", ncols=3, note="Paper: one layer of a CIFAR-10 ViT (4 patches). Here: layer 0 of the "
+                  "Fashion-MNIST LipViT (2 layers, 8 heads, c = 0.5; 16 patches) and of pretrained MiniLM-L6 "
+                  "(biases dropped) on SST-2 tokens; unit-norm token rows. 'ours': bounds added here.")
 
 
 def tightness_summary(table) -> str:

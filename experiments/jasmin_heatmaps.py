@@ -44,27 +44,9 @@ class JasminHeatmaps(Experiment):
         return rows
 
     def figures(self, table, outdir):
-        import numpy as np
+        from experiments import _jasmin_plots_sweep
 
-        from harness import plotting
-
-        h = table[table["train_seed"] == 0]
-        methods = list(dict.fromkeys(h["method"]))
-        fig, axes = plotting.figure(1, len(methods), width=2.2 * len(methods) + 0.6, height=2.4, squeeze=False)
-        vmax = float(h["g1_mean"].max())
-        im = None
-        for i, m in enumerate(methods):
-            sub = h[h["method"] == m]
-            M = np.full((int(sub["layer"].max()) + 1, int(sub["head"].max()) + 1), np.nan)
-            for r in sub.itertuples():
-                M[int(r.layer), int(r.head)] = r.g1_mean
-            im = axes[0, i].imshow(M, vmin=0, vmax=vmax, cmap="viridis")
-            axes[0, i].set_title(m, fontsize=6)
-            axes[0, i].set_xlabel("head")
-            axes[0, i].set_ylabel("layer")
-            axes[0, i].grid(False)
-        fig.colorbar(im, ax=axes[0, -1], label="mean g_1(P_i)")
-        return plotting.save(fig, outdir, "jasmin_sweep_g1_heatmaps")
+        return _jasmin_plots_sweep.heatmaps_figure(table, outdir)
 
     def summary(self, table) -> str:
         g = table.groupby("method")[["g1_mean", "jsm_mean", "log_g1_over_g10"]].mean()

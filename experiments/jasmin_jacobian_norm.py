@@ -38,16 +38,9 @@ class JasminJacobianNorm(Experiment):
                 for i, (v, c) in enumerate(zip(vals.tolist(), info.converged.tolist()))]
 
     def figures(self, table, outdir):
-        from harness import plotting
+        from experiments import _jasmin_plots_sweep
 
-        methods = list(dict.fromkeys(table["method"]))
-        fig, ax = plotting.figure(1, 1, width=max(5, 0.8 * len(methods) + 2), height=3.2)
-        ax.boxplot([table[table["method"] == m]["jacobian_norm"].to_numpy() for m in methods], showfliers=True)
-        ax.set_xticks(range(1, len(methods) + 1), methods, rotation=30, ha="right", fontsize=6)
-        ax.set_yscale("log")
-        ax.set_ylabel("||J|| of blocks + head (per eval image)")
-        ax.set_title("Fig. 4 analogue: whole-model Jacobian spectral norm")
-        return plotting.save(fig, outdir, "jasmin_sweep_jacobian_norm")
+        return _jasmin_plots_sweep.jacobian_norm_figure(table, outdir)
 
     def summary(self, table) -> str:
         methods = list(dict.fromkeys(table["method"]))

@@ -64,15 +64,9 @@ class JasminOverhead(Experiment):
         return rows
 
     def figures(self, table, outdir):
-        from harness import plotting
+        from experiments import _jasmin_plots_sweep
 
-        o = table[table["source"] == "interleaved"].groupby("method")["overhead"].median()
-        fig, ax = plotting.figure(1, 1, width=max(4, 0.8 * len(o) + 2), height=3.0)
-        ax.bar(range(len(o)), 100 * o.to_numpy(), color=[plotting.color(m) for m in o.index])
-        ax.set_xticks(range(len(o)), o.index, rotation=30, ha="right", fontsize=6)
-        ax.set_ylabel("extra time per training step (%)")
-        ax.set_title("Regularizer overhead (batch 128, interleaved median)")
-        return plotting.save(fig, outdir, "jasmin_overhead")
+        return _jasmin_plots_sweep.overhead_figure(table, outdir)
 
     def summary(self, table) -> str:
         o = table[table["source"] == "interleaved"]

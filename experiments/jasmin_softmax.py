@@ -65,10 +65,10 @@ class JasminSoftmax(Experiment):
         gap = grids["g1"] - grids["jsm_norm_n3"]
         fig, axes = plotting.figure(1, 3, width=10.2, height=3.1)
         ext = (xs[0], xs[-1], xs[0], xs[-1])
-        panels = [(grids["g1"], r"(a) $g_1=x_{(1)}(1-x_{(1)}+x_{(2)})$", "viridis", (0, 0.5)),
-                  (grids["jsm_norm_n3"], r"(b) exact $\|J_{sm}(p)\|$, $n=3$", "viridis", (0, 0.5)),
-                  (gap, r"(c) $g_1-\|J_{sm}\|$, $n=3$ ($\geq 0$)", "magma", None)]
-        for ax, (Z, title, cmap, lim) in zip(axes, panels):
+        panels = [(grids["g1"], r"(a) $g_1=x_{(1)}(1-x_{(1)}+x_{(2)})$", "viridis", (0, 0.5), r"$g_1(p)$"),
+                  (grids["jsm_norm_n3"], r"(b) exact $\|J_{sm}(p)\|$, $n=3$", "viridis", (0, 0.5), r"$\|J_{sm}(p)\|$"),
+                  (gap, r"(c) $g_1-\|J_{sm}\|$, $n=3$ ($\geq 0$)", "magma", None, r"$g_1-\|J_{sm}\|$")]
+        for ax, (Z, title, cmap, lim, zlabel) in zip(axes, panels):
             im = ax.imshow(Z, origin="lower", extent=ext, cmap=cmap, aspect="equal",
                            vmin=None if lim is None else lim[0], vmax=None if lim is None else lim[1])
             ax.contour(np.linspace(xs[0], xs[-1], R), np.linspace(xs[0], xs[-1], R), Z, levels=6, colors="white",
@@ -77,10 +77,11 @@ class JasminSoftmax(Experiment):
             ax.set_ylabel(r"$x_{(2)}$")
             ax.grid(False)
             plotting.caption(ax, title)
-            fig.colorbar(im, ax=ax, shrink=0.85)
+            fig.colorbar(im, ax=ax, shrink=0.85, label=zlabel)
         axes[0].plot([0.5], [0.5], marker="*", color="red", markersize=9, linestyle="none", label="max 1/2")
-        axes[0].legend(loc="upper left")
-        return plotting.save(fig, outdir, "g1_landscape")
+        return plotting.finish(fig, outdir, "g1_landscape", self.figures_ref[0], "The g_1 bound and the exact softmax "
+                               "Jacobian norm over the two largest probabilities", note="x_(1) >= x_(2): the two "
+                               "largest entries of p; for n = 3 the third is 1 - x_(1) - x_(2).")
 
     def summary(self, table) -> str:
         best = table.loc[table["g1"].idxmax()]

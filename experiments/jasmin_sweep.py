@@ -97,29 +97,9 @@ class JasminSweep(Experiment):
         return pd.DataFrame({"mean": g.mean(), "std": g.std(), "seeds": g.count()}).reset_index()
 
     def figures(self, table, outdir):
-        import numpy as np
+        from experiments import _jasmin_plots_sweep
 
-        from harness import plotting
-
-        paths = []
-        acc = self._acc_table(table)
-        methods = list(dict.fromkeys(table["method"]))
-        cols = [c for c in ["clean"] + [f"{k} {e}/255" for k in ("fgsm", "pgd") for e in (2, 4, 8, 16)]
-                + ["autoattack 2/255"] if c in set(acc["col"])]
-        fig, ax = plotting.figure(1, 1, width=max(6, 0.9 * len(cols) + 2), height=3.2)
-        wbar = 0.8 / max(len(methods), 1)
-        for i, m in enumerate(methods):
-            sub = acc[acc["method"] == m].set_index("col")
-            vals = [sub["mean"].get(c, np.nan) for c in cols]
-            err = [sub["std"].get(c, np.nan) for c in cols]
-            ax.bar(np.arange(len(cols)) + i * wbar, vals, wbar, yerr=np.nan_to_num(err), label=m)
-        ax.set_xticks(np.arange(len(cols)) + 0.4 - wbar / 2, cols, rotation=30, ha="right")
-        ax.set_ylabel("accuracy (%)")
-        ax.legend(fontsize=6, ncol=2)
-        ax.set_title("Fashion-MNIST ViT: clean / FGSM / PGD / AutoAttack accuracy (Tables 1-4 analogue)")
-        paths += plotting.save(fig, outdir, "jasmin_sweep_accuracy")
-
-        return paths
+        return _jasmin_plots_sweep.accuracy_figure(table, self._acc_table(table), outdir)
 
     def summary(self, table) -> str:
         acc = self._acc_table(table)

@@ -44,42 +44,8 @@ class LofastInputNorm(Experiment):
 
     def figures(self, table, outdir: Path):
         from experiments import _lofast_plots as P
-        from harness import plotting
 
-        r = P.input_norm_ratios(table)
-        e = r.eps.max()
-        r = r[np.isclose(r.eps, e)]
-        sources = sorted(r.source.unique())
-        fig, axes = plotting.figure(1, len(sources), squeeze=False)
-        for ax, src in zip(axes[0], sources):
-            t = r[r.source == src].sort_values("input_scale")
-            for v in P.BOUNDS:
-                ax.plot(t.input_scale, t[f"ratio_{v}"], marker="o", label=P.BOUND_LABELS[v], **P.BOUND_STYLE[v])
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.axhline(1.0, color="#555555", lw=0.7)
-            ax.set_xlabel("input scale s (rows of norm s)")
-            ax.set_ylabel(f"bound / PGD at eps = {e:.3g}")
-            plotting.caption(ax, src)
-        axes[0][-1].legend(fontsize=6)
-        paths = plotting.save(fig, outdir, "lofast_input_norm_ratio")
-        # Fig. 4 style curves: bound and PGD vs eps, one panel per scale (first source)
-        t0 = table[table.source == sources[0]]
-        scales = sorted(t0.input_scale.unique())
-        fig, axes = plotting.figure(1, len(scales), squeeze=False)
-        for ax, s in zip(axes[0], scales):
-            t = t0[t0.input_scale == s]
-            for v in list(P.BOUNDS) + ["pgd_plain", "pgd"]:
-                m = t.groupby("eps")[P.COLUMN[v]].mean()
-                lab = {"pgd": "PGD + Lemma 1 start", "pgd_plain": "PGD (random starts)"}.get(v) or P.BOUND_LABELS[v]
-                ax.plot(m.index, m.values, label=lab, **P.BOUND_STYLE[v])
-            ax.set_yscale("log")
-            ax.set_xlabel("eps")
-            plotting.caption(ax, f"{sources[0]}, scale {s:g}")
-        axes[0][0].set_ylabel("||F(X') - F(X)||_F bound")
-        axes[0][-1].legend(fontsize=6)
-        paths += plotting.save(fig, outdir, "lofast_input_norm_curves")
-        return paths
+        return P.plot_input_norm(table, outdir)
 
     def summary(self, table) -> str:
         from experiments import _lofast_plots as P

@@ -118,9 +118,9 @@ def fit_slope(x, y) -> float:
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
 
-def footnote(fig: plt.Figure, text: str, fontsize: float = 7):
+def footnote(fig: plt.Figure, text: str, fontsize: float = 7, y: float = -0.01):
     """A small italic note under the figure, e.g. 'substitute: MiniLM-L6 instead of BERT-base (offline)'."""
-    return fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=fontsize, style="italic", color="#444444",
+    return fig.text(0.01, y, text, ha="left", va="top", fontsize=fontsize, style="italic", color="#444444",
                     wrap=True, transform=fig.transFigure)
 
 
@@ -132,3 +132,88 @@ def substitute_note(fig: plt.Figure, paper: str, ours: str, why: str = "not avai
 def caption(ax, text: str):
     """Panel title in house style (small, left-aligned)."""
     ax.set_title(text, loc="left")
+
+
+# ---- layout rules every experiment figure follows (tests/test_figures.py checks them) -----------------------------
+MAX_ASPECT = 3.5  # width / height of a saved image, so it reads at the README's width
+MAX_PANELS = 16  # data panels per image; more are split over several images
+
+
+def chunks(items: Sequence, size: int = MAX_PANELS) -> List[list]:
+    """`items` in as few consecutive pieces of at most `size` as possible, of near-equal length (one image per
+    piece: 20 panels -> 10 + 10, not 16 + 4)."""
+    items = list(items)
+    k = max(1, -(-len(items) // size))
+    step = -(-len(items) // k) if items else 1
+    return [items[i:i + step] for i in range(0, len(items), step)] or [[]]
+
+
+def grid(n: int, ncols: Optional[int] = None, panel: Tuple[float, float] = (3.0, 2.5), max_cols: int = 4,
+         **kw) -> Tuple[plt.Figure, list]:
+    """A figure with `n` panels laid out as a grid (at most `max_cols` columns, never a one-row strip of more):
+    (fig, list of the n axes); the unused cells of the last row are removed."""
+    ncols = ncols or min(max_cols, max(n, 1))
+    nrows = max(1, -(-n // ncols))
+    fig, axes = figure(nrows, ncols, width=panel[0] * ncols, height=panel[1] * nrows, squeeze=False, **kw)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        fig.delaxes(ax)
+    return fig, flat[:n]
+
+
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+HATCHES = ["", "//", "..", "xx"]
+
+
+def styles(n: int) -> List[dict]:
+    """`n` distinguishable series styles {color, marker, hatch}: Okabe-Ito colours up to 7, tab10 up to 10,
+    then tab10 again with another hatch (bars) and a different marker (lines): no two series look alike."""
+    if n <= 7:
+        cols = [c for c in _CYCLE if c != "#F0E442"]  # yellow reads badly on white
+    else:
+        cols = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors]
+    return [dict(color=cols[i % len(cols)], marker=MARKERS[i % len(MARKERS)], hatch=HATCHES[(i // len(cols)) % 4])
+            for i in range(n)]
+
+
+def _bottom(fig: plt.Figure, artists) -> float:
+    """Lowest figure-fraction y of `artists` as drawn (layout done)."""
+    r = fig.canvas.get_renderer()
+    ys = [a.get_tightbbox(r).y0 for a in artists if a.get_visible() and a.get_tightbbox(r) is not None]
+    return min(ys) / fig.bbox.height if ys else 0.0
+
+
+def outside_legend(fig: plt.Figure, ncol: Optional[int] = None, handles=None, labels=None):
+    """One legend for the whole figure, centred under every panel (outside the data): the distinct labelled
+    artists of all panels (or `handles`/`labels`), after removing any per-panel legend. Freezes the layout."""
+    if handles is None:
+        seen = {}
+        for ax in fig.axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(lab, h)
+        labels, handles = list(seen), list(seen.values())
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    fig.draw_without_rendering()  # run the layout, then keep it: the legend goes under it
+    fig.set_layout_engine("none")
+    if not handles:
+        return None
+    ncol = ncol or min(len(handles), 3 if max(len(str(s)) for s in labels) > 30 else 4)
+    y = _bottom(fig, fig.axes) - 0.01
+    return fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y), ncol=ncol, fontsize=8,
+                      bbox_transform=fig.transFigure)
+
+
+def finish(fig: plt.Figure, outdir, stem: str, ref: str, title: str = "", note: str = "",
+           legend: bool = True, ncol: Optional[int] = None) -> List[Path]:
+    """Title ('<title>' over 'Reproduces <ref>'), one legend under the panels, the substitutions / codes as a
+    footnote under everything, then save() -> [png, pdf]. `ref` is the paper figure (figures_ref entry)."""
+    head = ref if ref.split(" ", 1)[0] in ("Reproduces", "Extends", "Checks", "Measures") else f"Reproduces {ref}"
+    fig.suptitle(f"{title}\n{head}" if title else head, fontsize=9)
+    if legend:
+        outside_legend(fig, ncol=ncol)
+    if note:
+        fig.draw_without_rendering()
+        footnote(fig, note, y=min(-0.01, _bottom(fig, fig.axes + fig.legends) - 0.015))
+    return save(fig, outdir, stem)

@@ -1,0 +1,123 @@
+"""Every figure an experiment draws reads at the README's width (issue 15): aspect ratio <= 3.5, at most 16 data
+panels per image, every data panel with an x and a y label (a figure-level supxlabel / supylabel counts for every
+panel; a colorbar needs a label on its long axis), at most one legend per image, and a title (the paper figure).
+
+Figures are built from each registered experiment's test-scale table: the same run as the smoke test, on its
+session cache (`experiment_cache`), so after the smoke test only the rendering is timed here. The check sits in
+Figure.savefig, so it sees each Figure as it is written."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.figure
+import pytest
+from PIL import Image
+
+from harness import plotting, registry
+from harness import run as runner
+
+NAMES = registry.list_experiments()
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _has_data(ax) -> bool:
+    return bool(ax.get_visible() and (ax.lines or ax.collections or ax.images or ax.patches or ax.containers))
+
+
+def _sup(fig, which: str) -> str:
+    t = getattr(fig, f"_sup{which}label", None)
+    return t.get_text().strip() if t is not None else ""
+
+
+def figure_problems(fig) -> list:
+    """What a reader would miss in `fig`: unlabelled axes, extra legends, too many panels, no title."""
+    bad, panels = [], 0
+    for i, ax in enumerate(fig.axes):
+        if not _has_data(ax):
+            continue
+        cb = getattr(ax, "_colorbar", None)
+        if cb is not None:
+            long_axis = ax.yaxis if cb.orientation == "vertical" else ax.xaxis
+            if not long_axis.get_label().get_text().strip():
+                bad.append(f"colorbar {i}: no label")
+            continue
+        panels += 1
+        name = ax.get_title(loc="left") or ax.get_title() or f"axes {i}"
+        if not (ax.get_xlabel().strip() or _sup(fig, "x")):
+            bad.append(f"{name!r}: no x label")
+        if not (ax.get_ylabel().strip() or _sup(fig, "y")):
+            bad.append(f"{name!r}: no y label")
+    legends = len(fig.legends) + sum(ax.get_legend() is not None for ax in fig.axes)
+    if legends > 1:
+        bad.append(f"{legends} legends (one per image, outside the data)")
+    if panels > plotting.MAX_PANELS:
+        bad.append(f"{panels} data panels (at most {plotting.MAX_PANELS}: split the image)")
+    if fig._suptitle is None or not fig._suptitle.get_text().strip():
+        bad.append("no suptitle naming the paper figure it reproduces")
+    return bad
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """Every Figure.savefig of the test: {file name: problems}; PDFs are skipped (same Figure as the PNG)."""
+    found = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, fname, *a, **kw):
+        name = str(getattr(fname, "name", fname))
+        if kw.get("format", name.rsplit(".", 1)[-1]) != "png":
+            return None
+        problems = figure_problems(fig)
+        original(fig, fname, *a, **{**kw, "dpi": 40})  # the aspect ratio does not depend on dpi; 40 is fast
+        with Image.open(fname) as im:
+            w, h = im.size
+        if w / h > plotting.MAX_ASPECT:
+            problems.append(f"aspect ratio {w}x{h} = {w / h:.2f} > {plotting.MAX_ASPECT}")
+        found[name.rsplit("/", 1)[-1]] = problems
+        return None
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_figures_readable(name, tmp_path, experiment_cache, saved):
+    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "results", cache_dir=experiment_cache, progress=False)
+    (res,) = runner.run([name], cfg, echo=lambda *a: None)
+    if res.missing_data and not res.computed:
+        pytest.skip(f"{name}: missing data: {res.errors[0]['error']}")
+    assert res.figure_error is None, res.figure_error
+    assert saved, f"{name}: no PNG written"
+    bad = {f: p for f, p in saved.items() if p}
+    assert not bad, f"{name}: " + "; ".join(f"{f}: {', '.join(p)}" for f, p in bad.items())
+
+
+def test_checker_catches_a_strip(saved, tmp_path):
+    """The check can fail: a 1 x 8 strip with unlabelled axes and two legends is rejected on each count."""
+    fig, axes = plotting.figure(1, 8, width=16, height=2)
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="a")
+    axes[0].legend()
+    axes[1].legend()
+    plotting.save(fig, tmp_path, "strip")
+    p = " ".join(saved["strip.png"])
+    assert "aspect ratio" in p and "no x label" in p and "2 legends" in p and "no suptitle" in p
+
+
+def test_committed_figures_aspect():
+    """The PNGs committed under results/ (what results/README.md shows) keep the aspect ratio too."""
+    wide = []
+    for p in sorted((REPO / "results").glob("**/figures/*.png")):
+        with Image.open(p) as im:
+            w, h = im.size
+        if w / h > plotting.MAX_ASPECT:
+            wide.append(f"{p.relative_to(REPO)}: {w}x{h}")
+    assert not wide, "regenerate with run_all.py <exp> --collect: " + ", ".join(wide)
+
+
+def test_chunks_are_balanced_and_grid_is_not_a_strip():
+    assert [len(c) for c in plotting.chunks(range(20))] == [10, 10]
+    assert [len(c) for c in plotting.chunks(range(72))] == [15, 15, 15, 15, 12]
+    assert plotting.chunks([]) == [[]]
+    fig, axes = plotting.grid(7)
+    assert len(axes) == 7 and len(fig.axes) == 7 and axes[4].get_subplotspec().rowspan.start == 1
