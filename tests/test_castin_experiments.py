@@ -127,7 +127,7 @@ def test_decoder_forward_restores_flag():
     assert not m.config.is_decoder
 
 
-CASTIN = ["castin_sqrt_n", "castin_sqrt_n_adversarial", "castin_gamma", "castin_magnitude",
+CASTIN = ["castin_sqrt_n", "castin_sqrt_n_adversarial", "castin_sqrt_n_block", "castin_gamma", "castin_magnitude",
           "castin_radius_quadratic", "castin_radius_large", "castin_radius_edge", "mass_splitting"]
 
 
@@ -170,3 +170,18 @@ def test_adversarial_cells_are_sound(masked, tmp_path):
         assert all(math.isnan(r["lower_bound"]) for r in rows)
     else:
         assert all(r["lower_bound"] <= r["lipschitz_head"] * (1 + 1e-6) for r in rows)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_large_radius_reaches_the_exact_limit(masked, tmp_path):
+    """Thm 3.7 / Thm 4.5 (masked): at the last radius (R^2 x score gap = settle) the head's constant equals the
+    exact limit ||VO|| sqrt(max_j #{i: j*(i) = j}) with the (masked) argmax, to 1e-6."""
+    from harness.registry import Context, get_experiment
+
+    exp = get_experiment("castin_radius_large")
+    cell = next(c for c in exp.cells("test") if c["masked"] == masked)
+    rows = exp.run(cell, Context(scale="test", cache_dir=tmp_path, progress=False))
+    last = max(r["R"] for r in rows)
+    top = [r for r in rows if r["R"] == last]
+    assert top and all(r["masked"] == masked and r["R2_gap"] >= 39.9 for r in top)
+    assert all(abs(r["ratio"] - r["limit_ratio"]) <= 1e-6 for r in top)
