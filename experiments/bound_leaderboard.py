@@ -12,6 +12,7 @@ limit fine / coarse / sharpened / naive, and any plug-in registered with registe
 per-head bounds are the sum over heads. One row per (model, n, layer, sample, scope, head, method): value,
 truth, ratio, converged, guaranteed (False where a bound only holds in some regime and X is outside it: Kim),
 sound (False only for a guaranteed upper bound below the truth).
+JaSMin App. C's sqrt(N)-order bound (harness.bounds.jasmin_appc) is listed in `plugins` by default.
 Plug-in bounds: the grid key `plugins` lists "module:function" specs (registry.register_bound: fn(X, w, causal)
 -> (..., h) per head), e.g. `run_all.py bound_leaderboard --set 'plugins=[["mypkg.bounds:my_bound"]]'`; they join
 the table beside the published ones and the summary names any that falls below the truth.
@@ -24,6 +25,8 @@ from experiments import _jasmin_common as C
 from harness.registry import Context, Experiment, experiment
 
 MINILM_LAYERS, GPT2_LAYERS, VIT_LAYERS = list(range(6)), list(range(12)), list(range(4))
+# JaSMin App. C's sharper sqrt(N)-order bound joins through the plug-in path (its source is keyed like any plug-in)
+APPC = ["harness.bounds.jasmin_appc:jasmin_appc"]
 # regularized ViTs of the jasmin_sweep grid (entries present at full and quick scale, seed 0)
 REGULARIZED = [{"method": ["jasmin"], "k": [10], "lam": [1e-2], "agg": ["mean"], "train_seed": [0]},
                {"method": ["specformer"], "variant": ["joint"], "lam": [1e-2], "train_seed": [0]}]
@@ -49,16 +52,18 @@ class BoundLeaderboard(Experiment):
 
     name = "bound_leaderboard"
     figures_ref = ["JaSMin (Yudin et al.) Fig. 6 (extended to all bounds and models)"]
-    grid = [{"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": [MINILM_LAYERS], "plugins": [[]]},
-            {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": [GPT2_LAYERS], "plugins": [[]]},
-            {"model": ["vit"], "count": [8], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_FULL},
-            *[dict(r, model=["vit"], count=[8], layers=[VIT_LAYERS], plugins=[[]], **C.VIT_FULL) for r in REGULARIZED]]
-    quick = [{"model": ["minilm"], "n": [16, 32], "count": [2], "layers": [MINILM_LAYERS], "plugins": [[]]},
-             {"model": ["gpt2"], "n": [16], "count": [1], "layers": [[0, 11]], "plugins": [[]]},
-             {"model": ["vit"], "count": [4], "layers": [VIT_LAYERS], "plugins": [[]], **C.VIT_QUICK},
-            *[dict(r, model=["vit"], count=[4], layers=[VIT_LAYERS], plugins=[[]], **C.VIT_QUICK) for r in REGULARIZED]]
-    test = [{"model": ["minilm"], "n": [8], "count": [1], "layers": [[0]], "plugins": [[]]},
-            {"model": ["vit"], "count": [1], "layers": [[0]], "plugins": [[]], **C.VIT_TEST}]
+    grid = [{"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": [MINILM_LAYERS], "plugins": [APPC]},
+            {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": [GPT2_LAYERS], "plugins": [APPC]},
+            {"model": ["vit"], "count": [8], "layers": [VIT_LAYERS], "plugins": [APPC], **C.VIT_FULL},
+            *[dict(r, model=["vit"], count=[8], layers=[VIT_LAYERS], plugins=[APPC], **C.VIT_FULL)
+              for r in REGULARIZED]]
+    quick = [{"model": ["minilm"], "n": [16, 32], "count": [2], "layers": [MINILM_LAYERS], "plugins": [APPC]},
+             {"model": ["gpt2"], "n": [16], "count": [1], "layers": [[0, 11]], "plugins": [APPC]},
+             {"model": ["vit"], "count": [4], "layers": [VIT_LAYERS], "plugins": [APPC], **C.VIT_QUICK},
+             *[dict(r, model=["vit"], count=[4], layers=[VIT_LAYERS], plugins=[APPC], **C.VIT_QUICK)
+               for r in REGULARIZED]]
+    test = [{"model": ["minilm"], "n": [8], "count": [1], "layers": [[0]], "plugins": [APPC]},
+            {"model": ["vit"], "count": [1], "layers": [[0]], "plugins": [APPC], **C.VIT_TEST}]
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch
