@@ -77,6 +77,9 @@ def test_canonical_readme_covers_quick_only_experiments(fake, tmp_path):
     readme = (results / "README.md").read_text()
     assert "`_fake_squares`" in readme and "`_fake_slow`" in readme and "quick/_fake_squares/table.csv" in readme
     assert not (results / "_fake_squares").exists()
+    quick = (results / "quick" / "README.md").read_text()
+    assert quick.startswith("# AttnLip results: quick scale") and "not** the canonical" in quick
+    assert readme.startswith("# AttnLip results\n")
 
 
 def test_collect_on_empty_cache_says_what_to_run(fake, tmp_path, capsys):
