@@ -176,21 +176,26 @@ def sqrt_n_adversarial_figure(table, outdir):
                   + " " + (_map_note(table) or MAP_NOTE["layer"] + "."))
 
 
+MAPS = {"layer": "W^O", "self": "self (authors')"}
+
+
 def sqrt_n_adversarial_summary(table) -> str:
     out = ["**Adversarial inputs** (Prop. 3.4 per head; paper: ~n^0.5, constants 4.39 and 5.73 for pretrained "
            "BERT at R = 15.5 and 21.5)\n",
-           "| model | layer | mask | R (x mean) | heads | median gamma R^2 | slope layer (head max gamma) | "
+           "| model | layer | mask | map | R (x mean) | heads | median gamma R^2 | slope layer (head max gamma) | "
            "slope layer, median over heads | slope head alone (no bias; Prop 3.4's map) | slope Prop 3.4 LB | "
            "C in C sqrt(n) layer / head alone | slope paper estimator | min Lip_head / Prop 3.4 LB |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for k, g in table.groupby(["model", "layer", "masked", "radius_factor"], sort=False):
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    table = table.assign(map=table["map"]) if "map" in table else table.assign(map="layer")
+    for k, g in table.groupby(["model", "layer", "masked", "radius_factor", "map"], sort=False):
         best = int(g.loc[g["gamma"].idxmax(), "head"])
         gb = g[g["head"] == best]
         per_head = [loglog_fit(gh["n"], gh["lipschitz"])["slope"] for _, gh in g.groupby("head")]
         fb, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
         lb_ratio = ("n/a (LB is for the unmasked map)" if bool(k[2])
                     else f"{(g['lipschitz_head'] / g['lower_bound']).min():.3g}")
-        out.append(f"| {k[0]}{_pre(g)} | {k[1]} | {'causal' if k[2] else 'none'} | {g['radius'].iloc[0]:.1f} "
+        out.append(f"| {k[0]}{_pre(g)} | {k[1]} | {'causal' if k[2] else 'none'} | {MAPS.get(k[4], k[4])} | "
+                   f"{g['radius'].iloc[0]:.1f} "
                    f"({k[3]:g}x) | {g['head'].nunique()} | {g['gamma_R2'].median():.3g} | {fmt_fit(fb)} | "
                    f"{np.nanmedian(per_head):.2f} | {fmt_fit(fh)} | "
                    f"{fmt_fit(loglog_fit(gb['n'], gb['lower_bound']))} | "
@@ -200,6 +205,8 @@ def sqrt_n_adversarial_summary(table) -> str:
 **What differs from the paper and why.**
 {DIFFERS_MODELS}
 - *Adversarial R*: factor x the mean token radius of the layer's real inputs, not the paper's 15.5 / 21.5 / 100.
+- *Map* column: "W^O" = the self-attention layer with its output projection and biases (ours); "self" = Hugging
+  Face's `attention.self` (heads concatenated, no W^O), the map the authors' adversarial code measured.
 - *Masked rows* (ours): Prop. 3.4's input fed to the causally masked map (Thm 4.3 keeps the Thm 3.3 bound).
   Prop. 3.4's lower bound is proved for the unmasked map, so it is n/a there; the head-alone slope under the
   mask is the number to hold against sqrt(n).
