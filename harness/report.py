@@ -43,6 +43,12 @@ def _header(root: Path, canonical) -> str:
                                  up="../../")
 
 
+def _csv(expdir: Path) -> Path:
+    """table.csv, or table.csv.gz where the run wrote the table gzipped (over the size limit)."""
+    gz = expdir / "table.csv.gz"
+    return gz if gz.is_file() and not (expdir / "table.csv").is_file() else expdir / "table.csv"
+
+
 def experiment_section(expdir: Path, prefix: str = "") -> str:
     """The markdown section for one results/<exp>/ directory (links relative to the README via `prefix`)."""
     man = json.loads((expdir / "manifest.json").read_text())
@@ -62,7 +68,7 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
         f"seed {man.get('seed')}, {man.get('dtype')} on {man.get('device')} ({man.get('device_name', '')}); "
         f"cell compute {man.get('total_cell_wall_s')} s, max cell peak RSS {man.get('max_cell_peak_rss_mb')} MiB; "
         f"commit {commit}; {man.get('created')}. "
-        f"Data: [table.csv]({link}/table.csv), [manifest.json]({link}/manifest.json).*",
+        f"Data: [{_csv(expdir).name}]({link}/{_csv(expdir).name}), [manifest.json]({link}/manifest.json).*",
         "",
     ]
     if not man.get("complete", True):
@@ -86,7 +92,7 @@ def _convergence(expdir: Path) -> str:
     import pandas as pd
 
     try:
-        col = pd.read_csv(expdir / "table.csv", usecols=["converged"])["converged"]
+        col = pd.read_csv(_csv(expdir), usecols=["converged"])["converged"]
     except (ValueError, OSError):
         return ""
     ok = col.astype(str).str.lower().isin(["true", "1", "1.0"])
@@ -103,7 +109,7 @@ def _summary(name: str, expdir: Path) -> str:
     try:
         import pandas as pd
 
-        table = pd.read_csv(expdir / "table.csv")
+        table = pd.read_csv(_csv(expdir))
         return exp.summary(table) or ""
     except Exception as e:  # noqa: BLE001 - a broken summary must not block the README
         return f"_summary() failed: {e.__class__.__name__}: {e}_\n\n<!-- {traceback.format_exc()} -->"

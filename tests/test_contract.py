@@ -259,3 +259,20 @@ def test_no_source_file_over_400_lines():
     big += [f"{f.relative_to(REPO)}: {n}" for f in sorted((REPO / "tests").glob("*.py"))
             if (n := len(f.read_text().splitlines())) > 400]
     assert not big, big
+
+
+def test_large_tables_are_written_gzipped(tmp_path, monkeypatch):
+    """No committed table file exceeds the size limit: over it, table.csv.gz replaces table.csv (and back)."""
+    import gzip
+
+    from harness import report
+    from harness.run import outputs
+
+    monkeypatch.setattr(outputs, "CSV_LIMIT", 20)
+    big, small = "a,b\n" + "1,2\n" * 10, "a,b\n1,2\n"
+    outputs.write_csv(tmp_path, big)
+    assert not (tmp_path / "table.csv").exists()
+    assert gzip.decompress((tmp_path / "table.csv.gz").read_bytes()).decode() == big
+    assert report._csv(tmp_path).name == "table.csv.gz" and len(pd.read_csv(report._csv(tmp_path))) == 10
+    outputs.write_csv(tmp_path, small)
+    assert (tmp_path / "table.csv").read_text() == small and not (tmp_path / "table.csv.gz").exists()

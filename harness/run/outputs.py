@@ -20,6 +20,22 @@ HEAD = ["experiment", "cell"]
 TAIL = ["seed", "device", "dtype", "scale", "cell_key"]
 
 
+CSV_LIMIT = 5_000_000  # bytes: a larger table.csv is written gzipped (table.csv.gz), so no committed file exceeds it
+
+
+def write_csv(outdir: Path, text: str) -> Path:
+    """table.csv, or table.csv.gz when the text is over CSV_LIMIT bytes (the other name is removed)."""
+    import gzip
+
+    plain, packed = outdir / "table.csv", outdir / "table.csv.gz"
+    data = text.encode()
+    if len(data) <= CSV_LIMIT:
+        packed.unlink(missing_ok=True)
+        return atomic_write_bytes(plain, data)
+    plain.unlink(missing_ok=True)
+    return atomic_write_bytes(packed, gzip.compress(data, mtime=0))
+
+
 def _record(store: CellCache, t, statuses: Optional[Dict[str, Dict]]) -> Optional[Dict[str, Any]]:
     try:
         return store.load(t.experiment, t.key)
@@ -92,7 +108,7 @@ def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: O
         return report
     table = to_table(rows)
     outdir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(outdir / "table.csv", table.to_csv(index=False))
+    write_csv(outdir, table.to_csv(index=False))
     atomic_write_bytes(outdir / "table.parquet", parquet_bytes(table))
     figdir = outdir / "figures"
     if cfg.figures:
