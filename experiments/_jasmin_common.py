@@ -20,27 +20,33 @@ VIT_KEYS = ("dataset", "patch", "vit_d", "vit_depth", "vit_heads", "train_steps"
 REG_KEYS = ("method", "k", "lam", "agg", "variant")
 
 # ViT grid values per scale (spliced into the experiments' declared grids; --dry-run and --set see them).
-# quick uses patch 7 (16 patches + cls = 17 tokens, 3x cheaper steps): k = 30 does not fit there.
-VIT_FULL = {"dataset": ["fashion_mnist"], "patch": [4], "vit_d": [64], "vit_depth": [4], "vit_heads": [4],
-            "train_steps": [150]}
-VIT_QUICK = dict(VIT_FULL, patch=[7], train_steps=[80])
+# full: patch 7 (16 patches + cls = 17 tokens) trained 10 epochs (4690 Adam steps of batch 128, lr 3e-3 cosine):
+# 88.1 % clean test accuracy measured for the baseline (2000 test images, 313 s on one thread), the ">= 88 %" of issue 15 item 3; patch 4 (50 tokens,
+# which JaSMin k = 30 needs) costs 3.2x per step and does not fit the 2.5 h budget of the full run on 2 cores.
+# quick: 80 steps. The ViT budget is in `train_steps`; `epochs` follows from it (TRAIN_SIZE).
+VIT_FULL = {"dataset": ["fashion_mnist"], "patch": [7], "vit_d": [64], "vit_depth": [4], "vit_heads": [4],
+            "train_steps": [4690]}
+VIT_QUICK = dict(VIT_FULL, train_steps=[80])
 VIT_TEST = {"dataset": ["synthetic"], "patch": [7], "vit_d": [16], "vit_depth": [1], "vit_heads": [2],
             "train_steps": [2]}
+LR = 3e-3  # Adam, cosine schedule over train_steps (constant 2e-3 / 1e-3 reached 86.8 / 87.6 % in 10 epochs)
+TRAIN_SIZE = {"fashion_mnist": 60000}  # training images per epoch (others: one epoch covers train_steps)
+BATCH = 128
 
 # The regularizer sweep (jasmin_sweep, jasmin_jacobian_norm, jasmin_heatmaps, jasmin_overhead share it: one trained
-# model per entry, a cached artifact). Shrunk from the paper's 3 x 3 x 2 JaSMin grid + 12 Specformer configs to fit
-# 60 min on 2 cores (docs/notes/jasmin-exp.md): lambda = 1e-4 dropped (indistinguishable from the baseline in the
-# paper's Table 3), max-aggregation only at lambda = 1e-2, Specformer joint at 1e-2 and per-matrix W^V at 1e-3
-# (the two rows of Table 1). Two training seeds for the headline entries.
-_S = [0, 1]
+# model per entry, a cached artifact). Three training seeds for the comparison the paper's claim rests on (Table 1:
+# baseline, Specformer joint 1e-2, JaSMin k = 0 and k = 10 at lambda = 1e-2, mean); one seed for the rest of the
+# paper's grid that fits the budget: JaSMin k = 10 at lambda = 1e-3 and 1e-4, k = 0 max (Table 1), the per-matrix
+# Specformer rows q and k at 1e-2 (Table 3) and v at 1e-3 (Table 1). k = 30 needs more than 17 tokens.
+_S3, _S1 = [0, 1, 2], [0]
 SWEEP_FULL = [
-    {"method": ["baseline"], "train_seed": _S},
-    {"method": ["specformer"], "variant": ["joint"], "lam": [1e-2], "train_seed": _S},
-    {"method": ["specformer"], "variant": ["v"], "lam": [1e-3], "train_seed": [0]},
-    {"method": ["jasmin"], "k": [10], "lam": [1e-2], "agg": ["mean"], "train_seed": _S},
-    {"method": ["jasmin"], "k": [0, 30], "lam": [1e-2], "agg": ["mean"], "train_seed": [0]},
-    {"method": ["jasmin"], "k": [0, 10, 30], "lam": [1e-3], "agg": ["mean"], "train_seed": [0]},
-    {"method": ["jasmin"], "k": [0, 10, 30], "lam": [1e-2], "agg": ["max"], "train_seed": [0]},
+    {"method": ["baseline"], "train_seed": _S3},
+    {"method": ["specformer"], "variant": ["joint"], "lam": [1e-2], "train_seed": _S3},
+    {"method": ["jasmin"], "k": [0, 10], "lam": [1e-2], "agg": ["mean"], "train_seed": _S3},
+    {"method": ["jasmin"], "k": [10], "lam": [1e-3, 1e-4], "agg": ["mean"], "train_seed": _S1},
+    {"method": ["jasmin"], "k": [0], "lam": [1e-2], "agg": ["max"], "train_seed": _S1},
+    {"method": ["specformer"], "variant": ["q", "k"], "lam": [1e-2], "train_seed": _S1},
+    {"method": ["specformer"], "variant": ["v"], "lam": [1e-3], "train_seed": _S1},
 ]
 SWEEP_QUICK = [
     {"method": ["baseline"], "train_seed": [0]},
@@ -73,9 +79,12 @@ def vit_cfg(cell: Dict[str, Any], train_seed: int = 0, device: str = "cpu") -> d
     """harness.models.train cfg of the JaSMin ViT of a cell (the regularizer's cfg joins the artifact key)."""
     model = dict(d=int(cell["vit_d"]), depth=int(cell["vit_depth"]), heads=int(cell["vit_heads"]), mlp_ratio=2.0,
                  patch=int(cell["patch"]), qkv_bias=False)
-    return {"dataset": cell["dataset"], "train_limit": None, "test_limit": 1000, "model": model, "epochs": 1,
-            "batch_size": 128, "lr": 2e-3, "weight_decay": 0.0, "seed": int(train_seed),
-            "max_steps": int(cell["train_steps"]), "device": device}
+    steps = int(cell["train_steps"])
+    per_epoch = math.ceil(TRAIN_SIZE.get(cell["dataset"], 0) / BATCH)  # 469 batches for Fashion-MNIST
+    epochs = math.ceil(steps / per_epoch) if per_epoch else 1
+    return {"dataset": cell["dataset"], "train_limit": None, "test_limit": 1000, "model": model, "epochs": epochs,
+            "batch_size": BATCH, "lr": LR, "schedule": "cosine", "weight_decay": 0.0, "seed": int(train_seed),
+            "max_steps": steps, "device": device}
 
 
 def regularizer_args(cell: Dict[str, Any]) -> Dict[str, Any]:

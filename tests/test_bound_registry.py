@@ -68,7 +68,8 @@ def test_every_upper_bound_above_the_dense_truth(seed, radius, bias, causal):
             ok = ok.unsqueeze(-1).expand_as(v)
         assert torch.isfinite(v).all(), name
         assert bool((v[ok] >= truth[ok] * (1 - 1e-9)).all()), (name, scope)
-    assert seen == BUILTIN - {"truth"}
+    user = {b.name for b in R.bounds() if R.get_any(b.name).user}  # plug-ins other tests registered
+    assert seen - user == BUILTIN - {"truth"}
     assert all(r["sound"] for r in ev.rows())
 
 

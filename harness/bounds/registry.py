@@ -29,6 +29,7 @@ import torch
 from harness.bounds import castin, jasmin, kim
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
+from harness.plugins import load_function  # noqa: F401 - re-exported (registry.load_function)
 
 Tensor = torch.Tensor
 
@@ -187,19 +188,6 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
     meta = dict(kind=kind, causal=causal, guaranteed=g, user=True, note=getattr(fn, "__doc__", "") or "")
     return declare(name, paper, label or name, replace=replace,
                    **({"head": call} if scope == "head" else {"layer": call}), **meta)
-
-
-def load_function(spec_: str) -> Callable:
-    """'package.module:function' -> the function (the `--bound` option's syntax)."""
-    import importlib
-
-    mod, sep, attr = spec_.partition(":")
-    if not sep or not mod or not attr:
-        raise ValueError(f"expected 'module:function', got {spec_!r}")
-    obj = importlib.import_module(mod)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def unregister_bound(name: str) -> None:

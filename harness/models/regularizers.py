@@ -10,26 +10,10 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from harness.kernels.softmax import g_k
 
 Tensor = torch.Tensor
 
-try:  # the shared implementation (bounds-other); a local fallback keeps this module usable on its own
-    from harness.bounds.jasmin import jasmin_penalty as _jasmin_penalty
-except ImportError:  # pragma: no cover - only when harness.bounds.jasmin is missing
-    _jasmin_penalty = None
-
-
-def _local_jasmin_penalty(P: Sequence[Tensor], k: int, agg: str, batch_dims: int = 1, eps: float = 1e-12) -> Tensor:
-    """sum_{l,h} agg_i log g_1(P_i) (k = 0) or log(g_1(P_i) / g_k(P_i)) (k > 1), batch averaged."""
-    total = 0.0
-    for p in P:  # (B, h, n, n)
-        t = torch.log(g_k(p, 1) + eps)
-        if k > 1:
-            t = t - torch.log(g_k(p, k) + eps)
-        t = t.amax(-1) if agg == "max" else t.mean(-1)  # (B, h)
-        total = total + t.mean(0).sum()
-    return total
+from harness.bounds.jasmin import jasmin_penalty
 
 
 class JaSMin:
@@ -54,9 +38,7 @@ class JaSMin:
         """L_k (without lambda) for per-layer maps [(B, h, n, n)]."""
         if len(probs) == 0:
             raise ValueError("JaSMin needs the attention maps (call the model with return_attn=True)")
-        if _jasmin_penalty is not None:
-            return _jasmin_penalty(list(probs), self.k, self.agg, batch_dims=1)
-        return _local_jasmin_penalty(probs, self.k, self.agg)
+        return jasmin_penalty(list(probs), self.k, self.agg, batch_dims=1)
 
     def __call__(self, model, probs: Optional[Sequence[Tensor]] = None) -> Tensor:
         return self.lam * self.penalty(probs or [])

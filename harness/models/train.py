@@ -7,8 +7,8 @@ a constant or cosine learning-rate schedule. JaSMin's ViTs (train_classifier) an
 batches are moved there one at a time.
 
 train_classifier cfg keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
-model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, weight_decay, seed,
-max_steps (None = all), device ("cpu" | "cuda"; training is float32). The regularizer's own cfg and a
+model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, schedule ("constant" |
+"cosine", see fit), weight_decay, seed, max_steps (None = all), device ("cpu" | "cuda"; training is float32). The regularizer's own cfg and a
 fingerprint of explicitly passed data join the key.
 
 This module imports no store: pass `store` = harness.store.artifacts.cached_artifact (signature
@@ -32,8 +32,8 @@ from harness.models import vit as _vit
 
 KIND = "classifier"
 DEFAULTS = {"dataset": "fashion_mnist", "data_root": None, "train_limit": None, "test_limit": None,
-            "arch": "vit", "model": {}, "epochs": 1, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.0,
-            "seed": 0, "max_steps": None, "device": "cpu"}
+            "arch": "vit", "model": {}, "epochs": 1, "batch_size": 128, "lr": 1e-3, "schedule": "constant",
+            "weight_decay": 0.0, "seed": 0, "max_steps": None, "device": "cpu"}
 
 Data = Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 Inputs = Optional[Callable[[nn.Module, torch.Tensor], torch.Tensor]]
@@ -217,7 +217,8 @@ def train_classifier(cfg: dict, ctx=None, regularizer=None, data: Optional[Data]
         model = new_model()
         (Xtr, ytr), (Xte, yte) = data
         metrics = fit(model, Xtr, ytr, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"], seed=c["seed"],
-                      weight_decay=c["weight_decay"], max_steps=c["max_steps"], regularizer=regularizer, pbar=pbar)
+                      weight_decay=c["weight_decay"], max_steps=c["max_steps"], schedule=c["schedule"],
+                      regularizer=regularizer, pbar=pbar)
         metrics.update(train_acc=accuracy(model, Xtr[:5000], ytr[:5000]), test_acc=accuracy(model, Xte, yte),
                        n_test=len(Xte))
         built.append(model)

@@ -179,19 +179,26 @@ def accepts_bounds(exp: Experiment) -> bool:
     return getattr(exp, "accepts_bounds", False) or PLUGIN_KEY in _grid.keys(exp.grid)
 
 
-def plugin_sources(exp: Experiment, cfg: RunConfig) -> Optional[List[Dict[str, str]]]:
-    """The --bound plug-ins an experiment uses, each with the sha256 of its source file, for the cell key
-    (editing a plug-in recomputes the cells that evaluated it)."""
-    if not cfg.bounds or not accepts_bounds(exp):
+def plugin_sources(exp: Experiment, cfg: RunConfig, cell: Optional[Dict[str, Any]] = None
+                   ) -> Optional[List[Dict[str, str]]]:
+    """The plug-ins a cell evaluates (--bound, and the specs of its `plugins` grid key), each with the sha256 of
+    its source file, for the cell key (editing a plug-in recomputes the cells that evaluated it; the code hash does
+    not see them: they are loaded by name through harness.plugins)."""
+    specs = list(cfg.bounds) if cfg.bounds and accepts_bounds(exp) else []
+    specs += [s for s in ((cell or {}).get(PLUGIN_KEY) or []) if s not in specs]
+    if not specs:
         return None
     import importlib.util
 
     from ..store.atomic import sha256
 
     out = []
-    for b in cfg.bounds:
+    for b in specs:
         mod = b.partition(":")[0]
-        spec = importlib.util.find_spec(mod)
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):  # the cell says what is wrong when it loads the plug-in
+            spec = None
         origin = getattr(spec, "origin", None)
         out.append({"bound": b, "source": sha256(Path(origin).read_bytes()) if origin and Path(origin).is_file()
                     else "unknown"})
@@ -255,10 +262,10 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     exp = _registry.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
-    plugins = plugin_sources(exp, cfg)
     tasks = []
     for cell in exp.cells(cfg.scale, typed_overrides(exp, cfg)):
         src = model_source(exp, cell)
+        plugins = plugin_sources(exp, cfg, cell)
         key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
                              scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins)
         t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src)

@@ -30,6 +30,9 @@ PRESENTATION_METHODS = {"figures", "summary"}
 DECLARATIVE_ATTRS = {"name", "grid", "quick", "test", "paired", "figures_ref", "description", "dtypes",
                      "devices", "dtype_note", "float32_exempt"}
 ALWAYS = ("harness/run/worker.py",)  # seeds RNGs and checks rows around every cell
+# Neither hashed nor walked: the one dynamic import of plug-in code by name (what it loads is keyed by the plug-in's
+# own source: harness.run.plan.plugin_sources).
+UNWALKED = {"harness.plugins"}
 # Hashed but not walked: the registry imports experiments dynamically by design (discovery), which must not
 # widen every experiment's hash to the whole tree.
 LEAVES = {"harness.registry"}
@@ -91,7 +94,7 @@ def imported_modules(nodes: Iterable[ast.AST], me: str = "", is_pkg: bool = Fals
 
 
 def module_closure(start: Iterable[str], roots: Optional[Mapping[str, Path]] = None,
-                   skip: Iterable[str] = PRESENTATION_MODULES) -> Optional[List[Path]]:
+                   skip: Iterable[str] = PRESENTATION_MODULES | UNWALKED) -> Optional[List[Path]]:
     """Files of the modules under `roots` that the `start` module names import, transitively (parents'
     __init__.py included; `skip` modules neither hashed nor walked). None when a dynamic import occurs."""
     roots = dict(roots or _roots())
@@ -131,7 +134,7 @@ def files_hash(files: Iterable[Path], root: Path = REPO_ROOT) -> str:
 
 def _all_harness_files() -> List[Path]:
     files = sorted(HARNESS_ROOT.rglob("*.py")) + sorted((REPO_ROOT / "experiments").glob("_*.py"))
-    pres = {HARNESS_ROOT / (m.split(".", 1)[1] + ".py") for m in PRESENTATION_MODULES}
+    pres = {HARNESS_ROOT / (m.split(".", 1)[1] + ".py") for m in PRESENTATION_MODULES | UNWALKED}
     return [f.resolve() for f in files if f not in pres]
 
 
