@@ -49,4 +49,6 @@ class JasminJacobianNorm(Experiment):
         return ("Whole-model Jacobian norm over eval images (Fig. 4), median per method: "
                 + "; ".join(f"{m}: {med[m]:.3g}" for m in methods) + f". Lanczos converged on {conv} of {len(table)}."
                 "\n\nThe paper (ViT-B, CIFAR-100) finds JaSMin lowers this norm against the baseline; ours is a "
-                "4-layer Fashion-MNIST ViT trained for 150 steps (docs/notes/jasmin-exp.md).")
+                "4-layer Fashion-MNIST ViT (patch 7, 17 tokens) trained from scratch for "
+                + "/".join(str(int(v)) for v in sorted(set(table["train_steps"].dropna()))) +
+                " Adam steps (docs/notes/jasmin-exp.md).")
