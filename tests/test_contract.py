@@ -287,9 +287,9 @@ def test_plugins_are_keyed_by_their_source_not_by_the_whole_tree(tmp_path, monke
     P = importlib.import_module("harness.run.plan")
 
     code = codehash.experiment_code(registry.get_experiment("bound_leaderboard"))
-    files = {f.name for f in code["files"]}
-    assert "registry.py" in files and "lofast.py" in files  # what evaluate() calls is hashed
-    assert "plugins.py" not in files and "_lofast_plots.py" not in files and "cli.py" not in files
+    files = {f.relative_to(codehash.REPO_ROOT).as_posix() for f in code["files"]}
+    assert {"harness/bounds/registry.py", "harness/bounds/lofast.py"} <= files  # what evaluate() calls is hashed
+    assert not {"harness/plugins.py", "experiments/_lofast_plots.py", "harness/cli.py"} & files
     assert len(code["files"]) < len(codehash._all_harness_files())
 
     plug = tmp_path / "my_plugin_mod.py"
@@ -304,3 +304,18 @@ def test_plugins_are_keyed_by_their_source_not_by_the_whole_tree(tmp_path, monke
     assert P.plugin_sources(exp, cfg, cell) != before  # editing the plug-in recomputes its cells
     assert P.plugin_sources(exp, cfg, {}) is None  # no plug-in, no entry (keys of other cells unchanged)
     assert P.plugin_sources(exp, cfg, {"plugins": ["no_such_module_xyz:f"]})[0]["source"] == "unknown"
+
+
+def test_repository_plugins_are_keyed_by_their_import_closure(tmp_path, monkeypatch):
+    """A plug-in under harness/ is keyed by its closure: editing a helper it imports recomputes its cells too."""
+    import importlib
+
+    P = importlib.import_module("harness.run.plan")
+    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "r", progress=False)
+    exp = registry.get_experiment("bound_leaderboard")
+    spec = "harness.bounds.jasmin_appc:jasmin_appc"
+    got = P.plugin_sources(exp, cfg, {"plugins": [spec]})[0]
+    assert got["source"] == codehash.closure_hash(["harness.bounds.jasmin_appc"])[0]
+    closure = codehash.closure_hash(["harness.bounds.jasmin_appc"])[1]
+    files = {f.relative_to(codehash.REPO_ROOT).as_posix() for f in closure}
+    assert "harness/bounds/jasmin_appc.py" in files and "harness/kernels/attention.py" in files

@@ -13,7 +13,7 @@ from .. import registry as _registry
 from ..registry import Experiment
 from ..store import keys as _keys
 from ..store.cells import CellCache, CorruptCell
-from ..store.codehash import REPO_ROOT, experiment_code
+from ..store.codehash import REPO_ROOT, _module_file, _roots, closure_hash, experiment_code
 
 EXECUTORS = ("serial", "process", "submitit")
 
@@ -181,9 +181,11 @@ def accepts_bounds(exp: Experiment) -> bool:
 
 def plugin_sources(exp: Experiment, cfg: RunConfig, cell: Optional[Dict[str, Any]] = None
                    ) -> Optional[List[Dict[str, str]]]:
-    """The plug-ins a cell evaluates (--bound, and the specs of its `plugins` grid key), each with the sha256 of
-    its source file, for the cell key (editing a plug-in recomputes the cells that evaluated it; the code hash does
-    not see them: they are loaded by name through harness.plugins)."""
+    """The plug-ins a cell evaluates (--bound, and the specs of its `plugins` grid key), each with the hash of its
+    code, for the cell key (editing a plug-in recomputes the cells that evaluated it; the code hash does not see
+    them: they are loaded by name through harness.plugins). A plug-in inside this repository (harness.*,
+    experiments.*) is keyed by its import closure, like an experiment, so helpers it imports count too; any other
+    by the sha256 of its own source file."""
     specs = list(cfg.bounds) if cfg.bounds and accepts_bounds(exp) else []
     specs += [s for s in ((cell or {}).get(PLUGIN_KEY) or []) if s not in specs]
     if not specs:
@@ -195,6 +197,9 @@ def plugin_sources(exp: Experiment, cfg: RunConfig, cell: Optional[Dict[str, Any
     out = []
     for b in specs:
         mod = b.partition(":")[0]
+        if mod.split(".")[0] in ("harness", "experiments") and _module_file(mod, _roots()) is not None:
+            out.append({"bound": b, "source": closure_hash([mod])[0]})
+            continue
         try:
             spec = importlib.util.find_spec(mod)
         except (ImportError, ValueError):  # the cell says what is wrong when it loads the plug-in
