@@ -142,3 +142,19 @@ def test_certificates_use_certified_upper_estimates(trained):
     for b in ("fine", "sharp", "coarse"):
         r_cert, r_ritz = cert.radius(b), cert.radius(b, certified=False)
         assert (r_cert <= r_ritz + 1e-12).all() and (r_cert >= 0.9 * r_ritz).all(), b
+
+
+def test_patch_size_axis_is_labelled_and_summarized():
+    """LoFAST Fig. 2's patch-size axis: configs at several patch sizes get -p<patch> labels and a summary line."""
+    import pandas as pd
+
+    from experiments import _lofast_plots as P
+
+    rows = [dict(kind="curve", layers=2, heads=8, vo_norm=0.5, patch=p, bound=b, eps=e, certified_acc=acc,
+                 clean_acc=0.8) for p, acc in ((4, 0.3), (7, 0.5)) for b in ("fine", "sharp") for e in (0.0, 0.1)]
+    t = pd.DataFrame(rows)
+    assert set(P.config_label(t)) == {"L2-h8-c0.5-p4", "L2-h8-c0.5-p7"}
+    line = P.patch_verdict(t, 0.1)
+    assert "patch 4 (49 patches)" in line and "patch 7 (16 patches)" in line and "fine 0.300" in line
+    one = t[t.patch == 7]
+    assert set(P.config_label(one)) == {"L2-h8-c0.5"} and P.patch_verdict(one, 0.1) == ""
