@@ -12,8 +12,8 @@ from harness import plotting
 from ._figures import facets, ref
 
 CODES = ("Codes: 'JaSMin k=K lam=L agg' = penalty L x sum over layers and heads of agg_i log g_1(P_i) (k = 0) or "
-         "log(g_1 / g_k)(P_i) (k > 0), agg = mean or max over query rows i; 'Specformer(joint|v, L)' = Specformer's "
-         "spectral penalty on W^Q, W^K, W^V together, or on W^V only.")
+         "log(g_1 / g_k)(P_i) (k > 0), agg = mean or max over query rows i; 'Specformer(joint|q|k|v, L)' = "
+         "Specformer's spectral penalty L on W^Q, W^K, W^V together, or on one of them only.")
 
 
 def sweep_note(table) -> str:

@@ -73,6 +73,11 @@ def test_sweep_verdict_weighs_the_seed_spread():
     assert "**reproduced where determined**" in v(acc(5.0, 5.0, seeds0=1))
     assert "**not determined (one training seed)**" in v(acc(5.0, seeds=1))
     assert "paper +6.7" in v(acc(5.0))  # JaSMin k=10 PGD 4/255 19.58 vs baseline 12.91 (Table 3)
+    spec = pd.DataFrame([("Specformer(joint, 1e-2)", c, 40.0, 1.0, 3) for c in ("pgd 2/255", "pgd 4/255")],
+                        columns=["method", "col", "mean", "std", "seeds"])
+    both = v(pd.concat([acc(-5.0), spec]))
+    assert "**not reproduced**" in both
+    assert "For comparison, Specformer's gain: Specformer(joint, 1e-2) pgd 2/255: +20.0" in both
 
 
 def test_float64_only_experiments_say_why():
