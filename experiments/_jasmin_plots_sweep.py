@@ -16,6 +16,12 @@ CODES = ("Codes: 'JaSMin k=K lam=L agg' = penalty L x sum over layers and heads 
          "Specformer's spectral penalty L on W^Q, W^K, W^V together, or on one of them only.")
 
 
+def grid_values(table, col: str) -> str:
+    """The distinct integer values of a grid column, '/'-joined ('?' when absent): the scale's settings."""
+    vals = sorted({int(v) for v in table[col].dropna()}) if col in table else []
+    return "/".join(str(v) for v in vals) or "?"
+
+
 def sweep_note(table) -> str:
     """The substitution (model, data, budget) and the method codes."""
     col = lambda c, d="?": table[c].iloc[0] if c in table.columns else d  # noqa: E731

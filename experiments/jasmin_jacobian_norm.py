@@ -43,12 +43,13 @@ class JasminJacobianNorm(Experiment):
         return _jasmin_plots_sweep.jacobian_norm_figure(table, outdir)
 
     def summary(self, table) -> str:
+        from experiments._jasmin_plots_sweep import grid_values
+
         methods = list(dict.fromkeys(table["method"]))
         med = table.groupby("method")["jacobian_norm"].median()
         conv = int(table["converged"].astype(bool).sum())
         return ("Whole-model Jacobian norm over eval images (Fig. 4), median per method: "
                 + "; ".join(f"{m}: {med[m]:.3g}" for m in methods) + f". Lanczos converged on {conv} of {len(table)}."
                 "\n\nThe paper (ViT-B, CIFAR-100) finds JaSMin lowers this norm against the baseline; ours is a "
-                "4-layer Fashion-MNIST ViT (patch 7, 17 tokens) trained from scratch for "
-                + "/".join(str(int(v)) for v in sorted(set(table["train_steps"].dropna()))) +
-                " Adam steps (docs/notes/jasmin-exp.md).")
+                f"4-layer Fashion-MNIST ViT (patch 7, 17 tokens) trained from scratch for "
+                f"{grid_values(table, 'train_steps')} Adam steps (docs/notes/jasmin-exp.md).")

@@ -105,11 +105,6 @@ class JasminSweep(Experiment):
         return _jasmin_plots_sweep.accuracy_figure(table, self._acc_table(table), outdir)
 
     @staticmethod
-    def _values(table, col: str) -> str:
-        vals = sorted({int(v) for v in table[col].dropna()}) if col in table else []
-        return "/".join(str(v) for v in vals) or "?"
-
-    @staticmethod
     def _verdict(acc) -> str:
         """Issue 15 item 3: does JaSMin's PGD gain over the baseline hold beyond the training-seed spread?
 
@@ -120,7 +115,7 @@ class JasminSweep(Experiment):
 
         from scipy import stats
 
-        parts, calls = [], []
+        parts, spec_parts, calls = [], [], []
         for jas in ("JaSMin k=10 lam=1e-2 mean", "JaSMin k=0 lam=1e-2 mean", "Specformer(joint, 1e-2)"):
             for col in ("pgd 2/255", "pgd 4/255"):
                 get = lambda m: acc[(acc["method"] == m) & (acc["col"] == col)]
@@ -133,10 +128,11 @@ class JasminSweep(Experiment):
                 paper = PAPER_CIFAR100[jas][i] - PAPER_CIFAR100["Baseline"][i]
                 name = f"{jas.replace(' lam=1e-2 mean', '')} {col}: {diff:+.1f} points"
                 other = jas.startswith("Specformer")  # the competitor, for comparison: not part of the verdict
+                out = spec_parts if other else parts
                 if min(j["seeds"], b["seeds"]) < 2:
                     if not other:
                         calls.append(None)
-                    parts.append(f"{name} (one seed in an arm; paper {paper:+.1f})")
+                    out.append(f"{name} (one seed in an arm; paper {paper:+.1f})")
                     continue
                 va, vb = j["std"] ** 2 / j["seeds"], b["std"] ** 2 / b["seeds"]
                 se = math.sqrt(va + vb)
@@ -144,24 +140,24 @@ class JasminSweep(Experiment):
                 half = stats.t.ppf(0.975, df) * se
                 if not other:
                     calls.append(bool(diff > half))
-                parts.append(f"{name} (95 % half-width {half:.1f}, {int(j['seeds'])} vs {int(b['seeds'])} seeds; "
+                out.append(f"{name} (95 % half-width {half:.1f}, {int(j['seeds'])} vs {int(b['seeds'])} seeds; "
                              f"paper {paper:+.1f})")
-        if not parts:
+        if not parts and not spec_parts:
             return "Verdict: the baseline or the JaSMin rows are missing at this scale."
         known = [c for c in calls if c is not None]
         word = ("not determined (one training seed)" if not known else
                 ("reproduced" if len(known) == len(calls) else "reproduced where determined") if all(known)
                 else "partly reproduced" if any(known) else "not reproduced")
-        jas_parts = [p for p in parts if not p.startswith("Specformer")]
-        spec_parts = [p for p in parts if p.startswith("Specformer")]
         out = ("Verdict (JaSMin's PGD accuracy gain over the baseline, mean over training seeds, significant when "
                "above the 95 % Welch t half-width; paper = ViT-B / CIFAR-100, Table 3): "
-               f"**{word}**. " + "; ".join(jas_parts) + ".")
+               f"**{word}**. " + "; ".join(parts) + ".")
         if spec_parts:
             out += " For comparison, Specformer's gain: " + "; ".join(spec_parts) + "."
         return out
 
     def summary(self, table) -> str:
+        from experiments._jasmin_plots_sweep import grid_values
+
         acc = self._acc_table(table)
         methods = list(dict.fromkeys(table["method"]))
         cols = [c for c in PAPER_COLS if c in set(acc["col"])]
@@ -188,11 +184,11 @@ class JasminSweep(Experiment):
             lines.append(f"| {m} | {seeds} | " + " | ".join(cells) + " |")
         lines += ["", self._verdict(acc), "",
                   "What differs from the paper: Fashion-MNIST (28x28 grey, 10 classes) instead of CIFAR-10/100; "
-                  f"a {self._values(table, 'vit_depth')}-layer, {self._values(table, 'vit_heads')}-head, "
-                  f"d={self._values(table, 'vit_d')} ViT (patch {self._values(table, 'patch')}) trained from scratch "
-                  f"on CPU for {self._values(table, 'train_steps')} Adam steps of batch 128 instead of an "
+                  f"a {grid_values(table, 'vit_depth')}-layer, {grid_values(table, 'vit_heads')}-head, "
+                  f"d={grid_values(table, 'vit_d')} ViT (patch {grid_values(table, 'patch')}) trained from scratch "
+                  f"on CPU for {grid_values(table, 'train_steps')} Adam steps of batch 128 instead of an "
                   "ImageNet-pretrained ViT-B (patch 4) fine-tuned 40 epochs with SGD, CutMix and MixUp; PGD with "
-                  f"{self._values(table, 'pgd_steps')} steps (paper: 4) on {self._values(table, 'n_eval')} test "
+                  f"{grid_values(table, 'pgd_steps')} steps (paper: 4) on {grid_values(table, 'n_eval')} test "
                   "images and AutoAttack = APGD-CE + APGD-T (10 steps, torchattacks) on a subset instead of the full "
                   "ensemble; k = 30 needs more tokens than patch 7 gives, and the grid is the paper's Table 1 plus "
                   "lambda = 1e-4 and the single-q / single-k Specformer rows (at full scale three training seeds for "

@@ -53,7 +53,7 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
     """The markdown section for one results/<exp>/ directory (links relative to the README via `prefix`)."""
     man = json.loads((expdir / "manifest.json").read_text())
     name = man["experiment"]
-    link = f"{prefix}{name}"
+    link, data = f"{prefix}{name}", _csv(expdir).name
     lines: List[str] = [f"## `{name}`", ""]
     if man.get("description"):
         lines += [man["description"], ""]
@@ -68,7 +68,7 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
         f"seed {man.get('seed')}, {man.get('dtype')} on {man.get('device')} ({man.get('device_name', '')}); "
         f"cell compute {man.get('total_cell_wall_s')} s, max cell peak RSS {man.get('max_cell_peak_rss_mb')} MiB; "
         f"commit {commit}; {man.get('created')}. "
-        f"Data: [{_csv(expdir).name}]({link}/{_csv(expdir).name}), [manifest.json]({link}/manifest.json).*",
+        f"Data: [{data}]({link}/{data}), [manifest.json]({link}/manifest.json).*",
         "",
     ]
     if not man.get("complete", True):
