@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import List
 
 from experiments import _lofast_grids as G
-from harness.models import lofast_eval, lofast_train
+from harness.models import lofast_eval
 from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
 
@@ -36,13 +36,7 @@ class LofastText(Experiment):
     float32_exempt = ("pgd_acc", "train_seconds")  # PGD and wall-clock time are chaotic under a dtype change
 
     def run(self, cell, ctx) -> List[dict]:
-        cfg = lofast_train.cfg_from_cell("text", cell, seed=ctx.seed, device=ctx.device)
-        model, info = lofast_train.trained_model(cfg, store=cached_artifact, root=ctx.artifacts,
-                                                 dtype=ctx.torch_dtype, device=ctx.torch_device, pbar=ctx.pbar)
-        batch, y = lofast_train.test_batch(cfg, int(cell["points"]), ctx.torch_device)
-        common = dict(test_acc_full=info["test_acc"], train_seconds=info["train_seconds"])
-        return lofast_eval.certify_rows(model, batch, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]),
-                                        ctx.seed, common)
+        return lofast_eval.certified_cell("text", cell, ctx, store=cached_artifact)
 
     def figures(self, table, outdir: Path):
         from experiments import _lofast_plots as P

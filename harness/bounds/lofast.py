@@ -56,11 +56,11 @@ DELTA = 1e-9  # failure probability of the certified upper estimates (over the s
 
 
 def _krylov(numel: int, dtype, krylov: Optional[int]) -> int:
-    """Basis size keeping the Lanczos basis within KRYLOV_BYTES (between 8 and 40), unless given."""
+    """Basis size keeping the Lanczos basis within KRYLOV_BYTES (between 8 and 64), unless given."""
     if krylov is not None:
         return int(krylov)
     per = numel * torch.finfo(dtype).bits // 8
-    return int(min(40, max(8, KRYLOV_BYTES // max(per, 1))))
+    return int(min(64, max(8, KRYLOV_BYTES // max(per, 1))))
 
 
 def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, kw, det_upper, restart):

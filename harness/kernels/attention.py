@@ -90,11 +90,11 @@ class AttentionWeights:
             raise ValueError(f"AttentionWeights.wq has an empty dimension: shape {tuple(self.wq.shape)}")
         for f in ("wk", "wv"):
             if tuple(getattr(self, f).shape) != (h, d, dh):
-                raise ValueError(
-                    f"AttentionWeights.{f} has shape {tuple(getattr(self, f).shape)}, expected (h, d, dh) = {(h, d, dh)}"
-                )
+                raise ValueError(f"AttentionWeights.{f} has shape {tuple(getattr(self, f).shape)}, "
+                                 f"expected (h, d, dh) = {(h, d, dh)}")
         if tuple(self.wo.shape) != (h, dh, d):
-            raise ValueError(f"AttentionWeights.wo has shape {tuple(self.wo.shape)}, expected (h, dh, d) = {(h, dh, d)}")
+            raise ValueError(f"AttentionWeights.wo has shape {tuple(self.wo.shape)}, "
+                             f"expected (h, dh, d) = {(h, dh, d)}")
         for f, shape in (("bq", (h, dh)), ("bk", (h, dh)), ("bv", (h, dh)), ("bo", (d,))):
             b = getattr(self, f)
             if b is not None:

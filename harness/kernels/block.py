@@ -40,13 +40,14 @@ def block_operator(F: Callable[[Tensor], Tensor], X: Tensor):
 
 
 def block_lipschitz(F: Callable[[Tensor], Tensor], X: Tensor, d: int, tol: Optional[float] = None,
-                    iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None) -> PowerResult:
+                    iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, operator=None) -> PowerResult:
     """||J_F(X)|| per sequence of X (..., n, d): Lanczos on J^T J (PowerResult, values (...,)); non-convergence is
-    not raised (read `.converged`). tol=None: 1e-6 in float64, default_tol below."""
+    not raised (read `.converged`). tol=None: 1e-6 in float64, default_tol below. operator: block_operator(F, X)
+    when the caller already has it (one forward pass serves the norm, the paper's value and F(X))."""
     check_input(X, d)
     if tol is None:
         tol = 1e-6 if X.dtype == torch.float64 else default_tol(X.dtype)
-    _, matvec, rmatvec = block_operator(F, X)
+    _, matvec, rmatvec = operator if operator is not None else block_operator(F, X)
     if v0 is None:
         g = torch.Generator(device=X.device).manual_seed(seed)
         v0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g)
@@ -54,7 +55,8 @@ def block_lipschitz(F: Callable[[Tensor], Tensor], X: Tensor, d: int, tol: Optio
                               on_nonconvergence="ignore")
 
 
-def block_paper_value(F: Callable[[Tensor], Tensor], X: Tensor) -> Tensor:
-    """The authors' estimator on this map: sqrt(||J_F(X)^T F(X)||_F) per sequence (their `jvp(...)[0]` is F(X))."""
-    FX, vjp_fn = torch.func.vjp(F, X.detach())
-    return vjp_fn(FX)[0].flatten(-2).norm(dim=-1).sqrt()
+def block_paper_value(F: Callable[[Tensor], Tensor], X: Tensor, operator=None) -> Tensor:
+    """The authors' estimator on this map: sqrt(||J_F(X)^T F(X)||_F) per sequence (their `jvp(...)[0]` is F(X)).
+    operator: block_operator(F, X) when the caller already has it."""
+    FX, _, rmatvec = operator if operator is not None else block_operator(F, X)
+    return rmatvec(FX).flatten(-2).norm(dim=-1).sqrt()

@@ -37,7 +37,8 @@ KW_CONST = 1.648  # Kuczynski-Wozniakowski (1992), Lanczos from a uniformly rand
 
 
 def kw_epsilon(N: int, k, delta: float):
-    """Relative eps with P(theta_k < (1 - eps) lambda_max) <= delta after k Lanczos steps in dimension N (>= 1: none)."""
+    """Relative eps with P(theta_k < (1 - eps) lambda_max) <= delta after k Lanczos steps in dimension N
+    (>= 1: no bound)."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     k = torch.as_tensor(k, dtype=torch.float64)
@@ -93,6 +94,29 @@ class CallableGram(GramOperator):
         return self.rmv(u.reshape(*self.batch_shape, *self._out_event)).reshape(self.B, -1) / c
 
 
+PARTIAL_MIN_DIM = 4096  # reorth="auto": partial reorthogonalization from this dimension on (docs/notes/kernels.md)
+
+
+def _omega_step(H: Tensor, omega: Tensor, omega_prev: Tensor, j: int, beta: Tensor, N: int, eps: float) -> Tensor:
+    """Simon's (1984) recurrence for the loss of orthogonality of v_{j+1} against v_0..v_j (first cycle: H tridiagonal).
+
+    omega (B, m+1): estimates of v_j . v_i; omega_prev: of v_{j-1} . v_i; beta (B,) = ||w|| before normalization.
+    beta_j w_{j+1,i} = b_i w_{j,i+1} + (a_i - a_j) w_{j,i} + b_{i-1} w_{j,i-1} - b_{j-1} w_{j-1,i}, plus a rounding
+    term of the same sign (a: diagonal, b: subdiagonal of H); v_{j+1} . v_j is set to sqrt(N) eps ||H|| / beta_j.
+    Returns the estimates for v_{j+1} (B, m+1) at indices 0..j (the caller sets index j+1 to 1).
+    """
+    a = torch.diagonal(H[:, :j + 1, :j + 1], dim1=-2, dim2=-1)  # (B, j+1)
+    b = torch.diagonal(H[:, :j + 1, :j + 1], offset=-1, dim1=-2, dim2=-1)  # (B, j): b_i = H[i+1, i]
+    bj = beta.clamp_min(torch.finfo(beta.dtype).tiny)[:, None]
+    num = b * omega[:, 1:j + 1] + (a[:, :j] - a[:, j:]) * omega[:, :j] - b[:, j - 1:j] * omega_prev[:, :j]
+    num[:, 1:] += b[:, :j - 1] * omega[:, :j - 1]
+    anorm = a.abs().amax(-1, keepdim=True) + 2 * b.abs().amax(-1, keepdim=True)
+    new = torch.zeros_like(omega)
+    new[:, :j] = (num + torch.where(num >= 0, 1.0, -1.0).to(num.dtype) * eps * anorm) / bj
+    new[:, j] = math.sqrt(N) * eps * anorm[:, 0] / bj[:, 0]
+    return new
+
+
 def _top_eigh(H: Tensor, p: int):
     """Top p eigenpairs of small symmetric matrices H (B, k, k), ascending: values (B, p), vectors (B, k, p).
 
@@ -119,18 +143,23 @@ class LanczosResult:
     upper: Optional[Tensor]  # (B,) certified upper estimate (probability >= 1 - delta), None if not requested
     kw_eps: Optional[Tensor]  # (B,) relative eps of the KW bound on sigma^2
     products: int  # Gram applications of the (shrinking) batch
+    passes: int = 0  # full reorthogonalization passes over the basis (batch-wide)
 
 
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
             keep: Optional[int] = None, check_every: int = 3, min_steps: int = 1,
-            delta: Optional[float] = None) -> LanczosResult:
+            delta: Optional[float] = None, reorth: str = "auto") -> LanczosResult:
     """Thick-restart Lanczos for the top eigenvalue of every Gram operator in a batch (see module docstring).
 
     x0 (B, N): start vectors (any norm). iters caps the Gram products per operator, krylov the basis size,
     keep the Ritz vectors kept at a restart (default krylov // 2). min_steps: no operator is declared converged
     before this many products (to reach the Krylov dimension a certificate needs). delta: compute the KW upper
     estimate (only meaningful when x0 is Gaussian and drawn independently of the operator).
+    reorth: "full" (every step), "partial" (Simon's PRO in the first cycle, full after a restart) or "auto"
+    (partial iff N >= PARTIAL_MIN_DIM, where reading the basis twice per step costs more than the operator).
     """
+    if reorth not in ("auto", "full", "partial"):
+        raise ValueError(f"reorth must be 'auto', 'full' or 'partial', got {reorth!r}")
     B, N = x0.shape
     dt, dev = x0.dtype, x0.device
     tiny, eps_m = torch.finfo(dt).tiny, torch.finfo(dt).eps
@@ -149,10 +178,16 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     nrm = safe_norm(x0)
     x = x0 / nrm.clamp_min(tiny)[:, None]
     x = torch.where(torch.isfinite(x).all(-1, keepdim=True) & (nrm > 0)[:, None], x, torch.ones_like(x) / math.sqrt(N))
-    V = torch.zeros(B, m + 1, N, dtype=dt, device=dev)
+    V = torch.empty(B, m + 1, N, dtype=dt, device=dev)  # only V[:, :k] is ever read
     H = torch.zeros(B, m + 1, m + 1, dtype=dt, device=dev)
     V[:, 0] = x
-    k, steps, products, restarted, fresh = 1, 0, 0, False, 0
+    k, steps, products, restarted, fresh, n_passes = 1, 0, 0, False, 0, 0
+    partial = reorth == "partial" or (reorth == "auto" and N >= PARTIAL_MIN_DIM)
+    if partial:  # omega[:, i] estimates v_k . v_i for the newest vector v_k (omega_prev: for v_{k-1}); Simon 1984
+        omega = torch.zeros(B, m + 1, dtype=dt, device=dev)
+        omega[:, 0] = 1
+        omega_prev = torch.zeros_like(omega)
+        force = False  # PRO reorthogonalizes two consecutive vectors
     frozen = torch.zeros(B, dtype=torch.bool, device=dev)  # finished rows still in the batch (no select support)
     while idx.numel() and steps < iters:
         j = k - 1
@@ -161,6 +196,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
         products += 1
         Vk = V[:, :k]  # (B', k, N)
         h = torch.zeros(w.shape[0], k, dtype=dt, device=dev)
+        pro = partial and not restarted
         if j >= 1 and j != fresh:  # the three-term part first (v_j, v_{j-1}), then one full pass ("twice is enough")
             for i in (j, j - 1):
                 c = (w * V[:, i]).sum(-1)
@@ -169,6 +205,15 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             passes = 1
         else:  # first step, or first after a restart (arrowhead couplings to every kept Ritz vector): two full passes
             passes = 2
+        if pro and passes == 1:  # partial: a full pass only when the estimated loss of orthogonality needs one
+            beta = w.norm(dim=-1)
+            H[:, j, j] = h[:, j]
+            new = _omega_step(H, omega, omega_prev, j, beta, N, eps_m)
+            live = ~frozen & (beta > 0)  # finished rows (zero vectors, no select support) never ask for a pass
+            big = (new[:, :j].abs() > math.sqrt(eps_m)).any(-1) | ~torch.isfinite(new).all(-1)
+            lost = bool((big & live).any())
+            passes, force = (2, not force) if (lost or force) else (0, False)
+        n_passes += passes
         for _ in range(passes):
             h2 = (Vk @ w[..., None])[..., 0]  # (B', k)
             w = w - (h2[:, None, :] @ Vk)[:, 0]
@@ -178,6 +223,12 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
         beta = w.norm(dim=-1)
         if not bool(torch.isfinite(beta).all()):
             beta = safe_norm(w)
+        if pro:
+            if passes == 2:  # v_{j+1} orthogonal to the basis to working precision
+                new = torch.zeros_like(omega)
+                new[:, :k] = eps_m
+            new[:, k] = 1
+            omega_prev, omega = omega, new
         full, last = k == m, steps >= iters
         if full or last or k % check_every == 0 or k <= 2 or k >= N:
             ev, Y = _top_eigh(H[:, :k, :k], p if full else 1)  # ascending, the wanted top ones only
@@ -211,18 +262,22 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
                 sub = op.select(~frozen)
                 if sub is not None:
                     keep_rows = ~frozen
-                    op, idx, V, H = sub, idx[keep_rows], V[keep_rows], H[keep_rows]
+                    op, idx, H = sub, idx[keep_rows], H[keep_rows]
+                    V_new = V.new_empty(int(keep_rows.sum()), m + 1, N)
+                    V_new[:, :k] = V[keep_rows, :k]  # the basis in use only (the copy is memory-bound)
+                    V = V_new
                     w, beta, ev, Y, broke = w[keep_rows], beta[keep_rows], ev[keep_rows], Y[keep_rows], broke[keep_rows]
                     frozen = frozen[keep_rows]
+                    if partial:
+                        omega, omega_prev = omega[keep_rows], omega_prev[keep_rows]
         else:
             broke = beta <= 0
         nxt = w / beta.clamp_min(tiny)[:, None]
         nxt = torch.where((broke | frozen)[:, None], torch.zeros_like(nxt), nxt)
         if full:  # thick restart: top p Ritz vectors + the residual direction
             Yp = Y[:, :, -p:].flip(-1)  # (B', k, p), largest first
-            V[:, :p] = Yp.transpose(-1, -2) @ V[:, :k].clone()
+            V[:, :p] = Yp.transpose(-1, -2) @ V[:, :k]  # a new tensor, then copied: no aliasing
             V[:, p] = nxt
-            V[:, p + 1:] = 0
             H.zero_()
             H[:, :p, :p] = torch.diag_embed(ev[:, -p:].flip(-1))
             coupling = beta[:, None] * Yp[:, -1, :]  # (B', p)
@@ -246,5 +301,5 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
         up_t = out_theta.clamp_min(0) / (1 - kw).clamp_min(0) * slack
         upper = torch.where(kw < 1, up_t.sqrt() * scale, torch.full_like(value, float("inf")))
         upper = torch.where(finite, upper, torch.full_like(upper, float("nan")))
-    return LanczosResult(value, out_conv, out_vec, out_steps, out_rel, upper, kw, products)
+    return LanczosResult(value, out_conv, out_vec, out_steps, out_rel, upper, kw, products, n_passes)
 

@@ -104,8 +104,10 @@ class ZetaGram(GramOperator):
         self.h, self.dh, self.d, self.n = h, dh, d, P.shape[-1]
         self.Wv = wv.permute(1, 0, 2).reshape(d, h * dh)  # (d, h*dh): all heads' wv side by side
         self.Wo = wo.reshape(h * dh, d)  # (h*dh, d): concat @ Wo sums the heads
-        vo = _fro(wv @ wo) if d <= 4 * dh else (_fro(wv.transpose(-1, -2) @ wv) * _fro(wo @ wo.transpose(-1, -2))).sqrt()
-        c = (1.0 if residual else 0.0) + (_fro(P) * vo).sum(-1)  # (B,) >= ||T|| (||VO_l|| <= sqrt(||wv^T wv|| ||wo wo^T||))
+        # ||VO_l||_F, or sqrt(||wv^T wv||_F ||wo wo^T||_F) >= it when the d x d product is the dearer one
+        vo = (_fro(wv @ wo) if d <= 4 * dh
+              else (_fro(wv.transpose(-1, -2) @ wv) * _fro(wo @ wo.transpose(-1, -2))).sqrt())
+        c = (1.0 if residual else 0.0) + (_fro(P) * vo).sum(-1)  # (B,) >= ||T||
         self.scale = torch.where(torch.isfinite(c) & (c > 0), c, torch.ones_like(c))
         self.P = P / self.scale[:, None, None, None]
         self.res = (1.0 if residual else 0.0) / self.scale  # (B,)

@@ -172,6 +172,19 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
     return rows
 
 
+def certified_cell(arch: str, cell: Dict, ctx, store=None) -> List[dict]:
+    """One grid cell of lofast_certified ("vit") / lofast_text ("text"): train or load the model the cell names
+    (through `store`, e.g. harness.store.artifacts.cached_artifact, under ctx.artifacts), then `certify_rows` on the
+    first `points` test points with the cell's eps list and PGD budget."""
+    cfg = cfg_from_cell(arch, cell, seed=ctx.seed, device=ctx.device)
+    model, info = trained_model(cfg, store=store, root=ctx.artifacts, dtype=ctx.torch_dtype,
+                                device=ctx.torch_device, pbar=ctx.pbar)
+    batch, y = test_batch(cfg, int(cell["points"]), ctx.torch_device)
+    common = dict(test_acc_full=info["test_acc"], train_seconds=info["train_seconds"])
+    return certify_rows(model, batch, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]), ctx.seed,
+                        common)
+
+
 # ---- App. C.1 ablation ------------------------------------------------------------------------------------------
 ABLATION_PARAMS = ("wq", "wk", "wv", "wo", "X")
 

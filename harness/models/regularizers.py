@@ -10,10 +10,9 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from harness.bounds.jasmin import jasmin_penalty
 
 Tensor = torch.Tensor
-
-from harness.bounds.jasmin import jasmin_penalty
 
 
 class JaSMin:

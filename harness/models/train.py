@@ -8,8 +8,8 @@ batches are moved there one at a time.
 
 train_classifier cfg keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
 model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, schedule ("constant" |
-"cosine", see fit), weight_decay, seed, max_steps (None = all), device ("cpu" | "cuda"; training is float32). The regularizer's own cfg and a
-fingerprint of explicitly passed data join the key.
+"cosine", see fit), weight_decay, seed, max_steps (None = all), device ("cpu" | "cuda"; training is float32).
+The regularizer's own cfg and a fingerprint of explicitly passed data join the key.
 
 This module imports no store: pass `store` = harness.store.artifacts.cached_artifact (signature
 store(kind, cfg, build, root=..., code=[modules])) and `root` (e.g. ctx.artifacts) to cache the trained

@@ -13,7 +13,7 @@ from .. import registry as _registry
 from ..registry import Experiment
 from ..store import keys as _keys
 from ..store.cells import CellCache, CorruptCell
-from ..store.codehash import REPO_ROOT, _module_file, _roots, closure_hash, experiment_code
+from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
 
 EXECUTORS = ("serial", "process", "submitit")
 
@@ -197,8 +197,9 @@ def plugin_sources(exp: Experiment, cfg: RunConfig, cell: Optional[Dict[str, Any
     out = []
     for b in specs:
         mod = b.partition(":")[0]
-        if mod.split(".")[0] in ("harness", "experiments") and _module_file(mod, _roots()) is not None:
-            out.append({"bound": b, "source": closure_hash([mod])[0]})
+        digest = repo_module_hash(mod)
+        if digest is not None:
+            out.append({"bound": b, "source": digest})
             continue
         try:
             spec = importlib.util.find_spec(mod)

@@ -154,6 +154,14 @@ def modules_hash(modules: Sequence) -> str:
     return closure_hash(names)[0]
 
 
+def repo_module_hash(name: str) -> Optional[str]:
+    """Closure hash of a module of this repository (harness.*, experiments.*) by dotted name; None when the name is
+    not a module file here (then the caller keys it some other way, e.g. by the sha256 of its source)."""
+    if name.split(".")[0] not in ("harness", "experiments") or _module_file(name, _roots()) is None:
+        return None
+    return closure_hash([name])[0]
+
+
 # ----------------------------------------------------------------------------------------- compute part
 def _strip_docstring(body: List[ast.stmt]) -> List[ast.stmt]:
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
