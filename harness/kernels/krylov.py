@@ -102,7 +102,8 @@ def _omega_step(H: Tensor, omega: Tensor, omega_prev: Tensor, j: int, beta: Tens
 
     omega (B, m+1): estimates of v_j . v_i; omega_prev: of v_{j-1} . v_i; beta (B,) = ||w|| before normalization.
     beta_j w_{j+1,i} = b_i w_{j,i+1} + (a_i - a_j) w_{j,i} + b_{i-1} w_{j,i-1} - b_{j-1} w_{j-1,i}, plus a rounding
-    term of the same sign (a: diagonal, b: subdiagonal of H); v_{j+1} . v_j is set to sqrt(N) eps ||H|| / beta_j.
+    term of the same sign, _noise(N) ||H|| (a: diagonal, b: subdiagonal of H); v_{j+1} . v_j is set to
+    sqrt(N) eps ||H|| / beta_j.
     Returns the estimates for v_{j+1} (B, m+1) at indices 0..j (the caller sets index j+1 to 1).
     """
     a = torch.diagonal(H[:, :j + 1, :j + 1], dim1=-2, dim2=-1)  # (B, j+1)
@@ -112,9 +113,15 @@ def _omega_step(H: Tensor, omega: Tensor, omega_prev: Tensor, j: int, beta: Tens
     num[:, 1:] += b[:, :j - 1] * omega[:, :j - 1]
     anorm = a.abs().amax(-1, keepdim=True) + 2 * b.abs().amax(-1, keepdim=True)
     new = torch.zeros_like(omega)
-    new[:, :j] = (num + torch.where(num >= 0, 1.0, -1.0).to(num.dtype) * eps * anorm) / bj
+    new[:, :j] = (num + torch.where(num >= 0, 1.0, -1.0).to(num.dtype) * _noise(N, eps) * anorm) / bj
     new[:, j] = math.sqrt(N) * eps * anorm[:, 0] / bj[:, 0]
     return new
+
+
+def _noise(N: int, eps: float) -> float:
+    """Rounding level of an inner product of two unit N-vectors (PROPACK's sqrt(N) eps / 2): the omega
+    recurrence's rounding term per step (times ||H||) and the estimates' value after a full pass."""
+    return math.sqrt(N) * eps / 2
 
 
 def _top_eigh(H: Tensor, p: int):
@@ -160,6 +167,8 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     """
     if reorth not in ("auto", "full", "partial"):
         raise ValueError(f"reorth must be 'auto', 'full' or 'partial', got {reorth!r}")
+    if int(krylov) < 2:  # a thick restart keeps >= 1 Ritz vector plus the residual
+        raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
     B, N = x0.shape
     dt, dev = x0.dtype, x0.device
     tiny, eps_m = torch.finfo(dt).tiny, torch.finfo(dt).eps
@@ -205,28 +214,38 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             passes = 1
         else:  # first step, or first after a restart (arrowhead couplings to every kept Ritz vector): two full passes
             passes = 2
+        dgks = None
         if pro and passes == 1:  # partial: a full pass only when the estimated loss of orthogonality needs one
             beta = w.norm(dim=-1)
             H[:, j, j] = h[:, j]
             new = _omega_step(H, omega, omega_prev, j, beta, N, eps_m)
             live = ~frozen & (beta > 0)  # finished rows (zero vectors, no select support) never ask for a pass
-            big = (new[:, :j].abs() > math.sqrt(eps_m)).any(-1) | ~torch.isfinite(new).all(-1)
+            big = (new[:, :j + 1].abs() > math.sqrt(eps_m)).any(-1) | ~torch.isfinite(new).all(-1)
             lost = bool((big & live).any())
-            passes, force = (2, not force) if (lost or force) else (0, False)
+            # two consecutive vectors per trigger; and the vector that fills the basis (it survives the restart)
+            passes, force = (1, not force) if (lost or force or k == m) else (0, False)
+            dgks = beta, live
         n_passes += passes
         for _ in range(passes):
             h2 = (Vk @ w[..., None])[..., 0]  # (B', k)
             w = w - (h2[:, None, :] @ Vk)[:, 0]
             h = h + h2
+        if dgks is not None and passes:  # a second pass where the first removed much of w (Daniel et al. 1976)
+            before, live = dgks
+            if bool((live & (w.norm(dim=-1) < 0.7 * before)).any()):
+                h2 = (Vk @ w[..., None])[..., 0]
+                w = w - (h2[:, None, :] @ Vk)[:, 0]
+                h = h + h2
+                n_passes += 1
         H[:, :k, j] = h
         H[:, j, :k] = h
         beta = w.norm(dim=-1)
         if not bool(torch.isfinite(beta).all()):
             beta = safe_norm(w)
         if pro:
-            if passes == 2:  # v_{j+1} orthogonal to the basis to working precision
+            if passes:  # v_{j+1} orthogonal to the basis to working precision
                 new = torch.zeros_like(omega)
-                new[:, :k] = eps_m
+                new[:, :k] = _noise(N, eps_m)
             new[:, k] = 1
             omega_prev, omega = omega, new
         full, last = k == m, steps >= iters
@@ -263,9 +282,11 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
                 if sub is not None:
                     keep_rows = ~frozen
                     op, idx, H = sub, idx[keep_rows], H[keep_rows]
-                    V_new = V.new_empty(int(keep_rows.sum()), m + 1, N)
-                    V_new[:, :k] = V[keep_rows, :k]  # the basis in use only (the copy is memory-bound)
-                    V = V_new
+                    rows = keep_rows.nonzero()[:, 0].tolist()  # ascending: row r moves to i <= r, in place
+                    for i, r in enumerate(rows):  # only the basis in use, no temporary (the copy is memory-bound)
+                        if i != r:
+                            V[i, :k].copy_(V[r, :k])
+                    V = V[:len(rows)]
                     w, beta, ev, Y, broke = w[keep_rows], beta[keep_rows], ev[keep_rows], Y[keep_rows], broke[keep_rows]
                     frozen = frozen[keep_rows]
                     if partial:
