@@ -37,17 +37,16 @@ BATCH = 128
 # The regularizer sweep (jasmin_sweep, jasmin_jacobian_norm, jasmin_heatmaps, jasmin_overhead share it: one trained
 # model per entry, a cached artifact). Three training seeds for the comparison the paper's claim rests on (Table 1:
 # baseline, Specformer joint 1e-2, JaSMin k = 0 and k = 10 at lambda = 1e-2, mean); one seed for the rest of the
-# paper's grid that fits the budget: JaSMin k = 10 at lambda = 1e-3 and 1e-4, k = 0 max (Table 1), the per-matrix
-# Specformer rows q and k at 1e-2 (Table 3) and v at 1e-3 (Table 1). k = 30 needs more than 17 tokens.
+# grid issue 15 asks for: JaSMin k = 10 at lambda = 1e-3 and 1e-4 and the per-matrix Specformer rows q and k at 1e-2
+# (Table 3). k = 30 needs more than 17 tokens. Table 1's k = 0 max and Specformer v (1e-3) rows were trained in
+# session 6 (one seed each) and dropped in session 7 to keep the full run within 2.5 h on 2 cores (766 s).
 _S3, _S1 = [0, 1, 2], [0]
 SWEEP_FULL = [
     {"method": ["baseline"], "train_seed": _S3},
     {"method": ["specformer"], "variant": ["joint"], "lam": [1e-2], "train_seed": _S3},
     {"method": ["jasmin"], "k": [0, 10], "lam": [1e-2], "agg": ["mean"], "train_seed": _S3},
     {"method": ["jasmin"], "k": [10], "lam": [1e-3, 1e-4], "agg": ["mean"], "train_seed": _S1},
-    {"method": ["jasmin"], "k": [0], "lam": [1e-2], "agg": ["max"], "train_seed": _S1},
     {"method": ["specformer"], "variant": ["q", "k"], "lam": [1e-2], "train_seed": _S1},
-    {"method": ["specformer"], "variant": ["v"], "lam": [1e-3], "train_seed": _S1},
 ]
 SWEEP_QUICK = [
     {"method": ["baseline"], "train_seed": [0]},

@@ -34,7 +34,8 @@ PAPER_CIFAR100 = {
 }
 PAPER_COLS = ("clean", "fgsm 2/255", "fgsm 4/255", "pgd 2/255", "pgd 4/255", "autoattack 2/255")
 
-GRIDS = C.sweep_grids({"n_eval": [1000], "n_aa": [100], "pgd_steps": [10], "linf_255": [[2, 4, 8]], "l2": [[0.5]]},
+# full: 500 test images for FGSM/PGD (1000 until session 6: -430 s of the 2.5 h budget), AutoAttack the first 100
+GRIDS = C.sweep_grids({"n_eval": [500], "n_aa": [100], "pgd_steps": [10], "linf_255": [[2, 4, 8]], "l2": [[0.5]]},
                       {"n_eval": [128], "n_aa": [32], "pgd_steps": [5], "linf_255": [[2, 4, 8]], "l2": [[]]},
                       {"n_eval": [8], "n_aa": [0], "pgd_steps": [2], "linf_255": [[2]], "l2": [[]]})
 
