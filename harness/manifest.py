@@ -26,7 +26,10 @@ def versions() -> Dict[str, Optional[str]]:
 
 
 def git_info(root: Path = REPO_ROOT) -> Dict[str, Any]:
-    """Commit hash and whether tracked files differ from it (None outside a git checkout)."""
+    """Commit hash and whether tracked files outside results/ differ from it (None outside a git checkout).
+
+    results/ is left out: a collect rewrites committed outputs there while it writes one manifest after another,
+    which made every manifest after the first say "dirty" although the code was the commit's."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
 
@@ -34,7 +37,7 @@ def git_info(root: Path = REPO_ROOT) -> Dict[str, Any]:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
             return {"commit": None, "dirty": None}
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
         return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}

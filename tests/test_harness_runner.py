@@ -335,3 +335,24 @@ def test_fresh_workers_run_each_cell_in_its_own_process(fake):
     assert (r.computed, r.failed) == (6, 0)
     cells = json.loads((fake.results / "_fake_squares" / "manifest.json").read_text())["cells"]
     assert len({c["pid"] for c in cells}) == 6
+
+
+def test_manifest_dirty_flag_ignores_results_only(tmp_path):
+    """A collect rewrites committed files under results/ while it writes manifests: that is not dirty code;
+    an edited tracked file elsewhere is."""
+    from harness.manifest import git_info
+
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "table.csv").write_text("a\n1\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert git_info(tmp_path)["dirty"] is False
+    (tmp_path / "results" / "table.csv").write_text("a\n2\n")
+    assert git_info(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_info(tmp_path)["dirty"] is True
