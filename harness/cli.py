@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="float64", choices=list(_config.DTYPES),
                     help="compute dtype every experiment uses (one that cannot refuses before computing)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--executor", choices=_runner.EXECUTORS, default="serial")
+    ap.add_argument("--executor", choices=_runner.EXECUTORS, default=None,
+                    help="default: process when --jobs > 1, else serial")
     ap.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers / Slurm array parallelism")
     ap.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug (default: slurm if sbatch exists, else local)")
     ap.add_argument("--executor-param", action="append", default=[], metavar="KEY=VALUE",
@@ -72,13 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _executor(args) -> str:
+    """--executor, else the local process pool when -j > 1 (`run_all.py -j 2` used to run serially, ignoring -j)."""
+    if args.executor is not None:
+        return args.executor
+    return "process" if args.jobs > 1 else "serial"
+
+
 def _run_config(args) -> _runner.RunConfig:
     eparams = {}
     for k, v in _grid.parse_set(args.executor_param).items():
         eparams[k] = v[0] if len(v) == 1 else v
     return _runner.RunConfig(
         scale=args.scale or "full", seed=args.seed, dtype=args.dtype, device=_config.resolve_device(args.device),
-        results_dir=args.results_dir, cache_dir=args.cache_dir, executor=args.executor, jobs=args.jobs,
+        results_dir=args.results_dir, cache_dir=args.cache_dir, executor=_executor(args), jobs=args.jobs,
         force=args.force, overrides=_grid.parse_set(args.sets), progress=not args.no_progress and sys.stderr.isatty(),
         figures=not args.no_figures, cluster=args.cluster, executor_params=eparams, timeout_min=args.timeout_min,
         fresh_workers=args.fresh_workers, threads=args.threads, bounds=list(args.bound))

@@ -356,3 +356,12 @@ def test_manifest_dirty_flag_ignores_results_only(tmp_path):
     assert git_info(tmp_path)["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert git_info(tmp_path)["dirty"] is True
+
+
+def test_jobs_without_executor_uses_the_process_pool():
+    """`run_all.py -j 2` must not silently run serially; an explicit --executor wins."""
+    ap = cli.build_parser()
+    assert cli._run_config(ap.parse_args(["-j", "2"])).executor == "process"
+    assert cli._run_config(ap.parse_args([])).executor == "serial"
+    assert cli._run_config(ap.parse_args(["-j", "2", "--executor", "serial"])).executor == "serial"
+    assert cli._run_config(ap.parse_args(["-j", "3", "--executor", "submitit"])).executor == "submitit"
