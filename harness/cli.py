@@ -21,7 +21,7 @@ EPILOG = """examples:
   run_all.py --list                   experiments, paper figure, cached cells
   run_all.py --dry-run --quick        the grid, cached/missing per cell
   run_all.py --set n=2,4,8 --set temperature=1.0 jasmin_softmax
-  run_all.py --executor process --jobs 4     local process pool
+  run_all.py --jobs 4                 local process pool (-j > 1 implies --executor process)
   run_all.py --executor submitit --jobs 50   Slurm job array (local jobs when no sbatch)
   run_all.py --collect                rebuild tables/figures/README from the cache alone
 outputs: results/<exp>/ (full scale), results/quick/<exp>/ (--quick), results/custom/<scale>__<what differs>/
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compute dtype every experiment uses (one that cannot refuses before computing)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--executor", choices=_runner.EXECUTORS, default=None,
-                    help="default: process when --jobs > 1, else serial")
+                    help="default: submitit with --cluster/--executor-param, process with -j > 1 or "
+                         "--fresh-workers, else serial")
     ap.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers / Slurm array parallelism")
     ap.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug (default: slurm if sbatch exists, else local)")
     ap.add_argument("--executor-param", action="append", default=[], metavar="KEY=VALUE",
@@ -74,10 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _executor(args) -> str:
-    """--executor, else the local process pool when -j > 1 (`run_all.py -j 2` used to run serially, ignoring -j)."""
+    """--executor, else what the other flags ask for: submitit for --cluster / --executor-param, the local process
+    pool for -j > 1 or --fresh-workers, serial otherwise (`run_all.py -j 2` used to run serially, ignoring -j)."""
     if args.executor is not None:
         return args.executor
-    return "process" if args.jobs > 1 else "serial"
+    if args.cluster or args.executor_param:
+        return "submitit"
+    return "process" if args.jobs > 1 or args.fresh_workers else "serial"
 
 
 def _run_config(args) -> _runner.RunConfig:

@@ -29,7 +29,8 @@ def git_info(root: Path = REPO_ROOT) -> Dict[str, Any]:
     """Commit hash and whether tracked files outside results/ differ from it (None outside a git checkout).
 
     results/ is left out: a collect rewrites committed outputs there while it writes one manifest after another,
-    which made every manifest after the first say "dirty" although the code was the commit's."""
+    which made every manifest after the first say "dirty" although the code was the commit's. The check covers
+    root and below (the repository root by default)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
 

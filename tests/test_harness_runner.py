@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -337,6 +338,7 @@ def test_fresh_workers_run_each_cell_in_its_own_process(fake):
     assert len({c["pid"] for c in cells}) == 6
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_manifest_dirty_flag_ignores_results_only(tmp_path):
     """A collect rewrites committed files under results/ while it writes manifests: that is not dirty code;
     an edited tracked file elsewhere is."""
@@ -350,7 +352,7 @@ def test_manifest_dirty_flag_ignores_results_only(tmp_path):
     (tmp_path / "results" / "table.csv").write_text("a\n1\n")
     (tmp_path / "code.py").write_text("x = 1\n")
     git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-qm", "init")
     assert git_info(tmp_path)["dirty"] is False
     (tmp_path / "results" / "table.csv").write_text("a\n2\n")
     assert git_info(tmp_path)["dirty"] is False
@@ -365,3 +367,5 @@ def test_jobs_without_executor_uses_the_process_pool():
     assert cli._run_config(ap.parse_args([])).executor == "serial"
     assert cli._run_config(ap.parse_args(["-j", "2", "--executor", "serial"])).executor == "serial"
     assert cli._run_config(ap.parse_args(["-j", "3", "--executor", "submitit"])).executor == "submitit"
+    assert cli._run_config(ap.parse_args(["-j", "3", "--cluster", "local"])).executor == "submitit"
+    assert cli._run_config(ap.parse_args(["--fresh-workers"])).executor == "process"
