@@ -97,7 +97,38 @@ def leaderboard_summary(table) -> str:
               "ViT-B on CIFAR-100 and finds JaSMin's tightest; here LoFAST's eps -> 0 limit (not in that paper) is "
               "added, on MiniLM, random GPT-2 and a small Fashion-MNIST ViT, per head and per layer. For causal GPT-2 "
               "LoFAST uses our causal option of harness.bounds.lofast (masked P in zeta; not in the LoFAST paper)."]
+    lines += ["", leaderboard_verdict(agg)]
     return "\n".join(lines)
+
+
+def leaderboard_verdict(agg) -> str:
+    """Fig. 6's claim (JaSMin Thm 3 is the tightest of Kim/Specformer, Castin and JaSMin per head, on a JaSMin-trained
+    ViT) checked on every model by median ratio, plus App. C (the sqrt(N)-order plug-in) against Thm 3."""
+    head = agg[agg["scope"] == "head"].set_index(["model", "method"])["median"]
+    models = list(dict.fromkeys(m for m, _ in head.index))
+    paper3 = ("kim", "castin", "jasmin")
+    ok = [m for m in models if all((m, k) in head.index for k in paper3)
+          and head[(m, "jasmin")] <= min(head[(m, "kim")], head[(m, "castin")])]
+    have = [m for m in models if all((m, k) in head.index for k in paper3)]
+    trained = [m for m in have if "JaSMin" in m]
+    word = ("reproduced" if trained and all(m in ok for m in trained) and len(ok) == len(have)
+            else "partly reproduced" if ok else "not reproduced")
+    parts = [f"{m}: JaSMin {head[(m, 'jasmin')]:.3g} vs Castin {head[(m, 'castin')]:.3g} vs Kim "
+             f"{head[(m, 'kim')]:.3g}" for m in have]
+    out = (f"Verdict (Fig. 6: JaSMin's Thm 3 the tightest of the paper's three bounds per head, median bound / truth; "
+           f"paper: JaSMin-trained ViT-B on CIFAR-100): **{word}** on {len(ok)} of {len(have)} models"
+           + (f" including the JaSMin-trained ViT" if trained and all(m in ok for m in trained) else "") + ". "
+           + "; ".join(parts) + ".")
+    lo = [m for m in have if (m, "lofast_fine") in head.index and head[(m, "lofast_fine")] < head[(m, "jasmin")]]
+    if lo:
+        out += (f" Beyond the paper: LoFAST's exact eps -> 0 limit is tighter still on {len(lo)} of {len(have)} "
+                "models.")
+    ac = [m for m in have if (m, "jasmin_appc") in head.index]
+    if ac:
+        r = [head[(m, "jasmin_appc")] / head[(m, "jasmin")] for m in ac]
+        out += (f" JaSMin App. C's sqrt(N)-order bound (plug-in) over Thm 3, median ratio per model: "
+                f"{min(r):.2f}-{max(r):.2f} (below 1: tighter; App. C claims the better order in N).")
+    return out
 
 
 def _layer_head_rows(ax, M, L, H, label):
