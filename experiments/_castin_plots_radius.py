@@ -115,7 +115,9 @@ leaves the softmax transition once R^2 x gap >> 1, and before that the ratio can
 magnitude (on MiniLM's head, random unit tokens in d = 384 have gaps down to ~1e-5 ||A||). R therefore runs
 per cell until R^2 x gap = settle for every sequence. Masked rows (Thm 4.5, the causal head) take the argmax and
 the gaps over j <= i; the same exact limit holds with the masked argmax, and it is at least as large as the
-unmasked one whenever early tokens collect more rows.
+unmasked one whenever early tokens collect more rows. Not reproduced: Thm 4.4 (the masked mean-field bound), whose
+formula is stripped from the supplied paper text ("upper-bounded by" and nothing after) and is not in MATH.md:
+there is nothing to evaluate; Thm 4.3 (the masked general bound, = Thm 3.3) is in castin_sqrt_n_adversarial.
 """)
     return "\n".join(out)
 
