@@ -118,15 +118,18 @@ def sqrt_n_real_summary(table) -> str:
            "| model | layer | mask | corpus | n | slope ours | slope paper estimator | slope Thm 3.3 | "
            "median Lip at n max | median paper est. at n max | Thm 3.3 / Lip at n max | R mean |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    slopes = []  # (pretrained, estimator slope, true slope) per panel, for the verdict
     for k, g in table.groupby(["model", "layer", "masked", "corpus"], sort=False):
         nmax = g["n"].max()
         top = g[g["n"] == nmax]
-        fit = lambda col: fmt_fit(loglog_fit(g["n"], g[col]))
+        f_lip, f_est = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["paper_estimator"])
+        slopes.append((bool(g["pretrained"].iloc[0]), f_est["slope"], f_lip["slope"]))
         out.append(f"| {k[0]}{_pre(g)} | {k[1]} | {'causal' if g['causal'].iloc[0] else 'none'} | {k[3]} | "
-                   f"{g['n'].min()}-{nmax} | {fit('lipschitz')} | {fit('paper_estimator')} | "
-                   f"{fit('bound_castin')} | {top['lipschitz'].median():.3g} | {top['paper_estimator'].median():.3g} | "
+                   f"{g['n'].min()}-{nmax} | {fmt_fit(f_lip)} | {fmt_fit(f_est)} | "
+                   f"{fmt_fit(loglog_fit(g['n'], g['bound_castin']))} | {top['lipschitz'].median():.3g} | "
+                   f"{top['paper_estimator'].median():.3g} | "
                    f"{(top['bound_castin'] / top['lipschitz']).median():.3g} | {g['radius_mean'].mean():.1f} |")
-    out.append("\n" + _real_verdict(table))
+    out.append("\n" + _real_verdict(slopes))
     out.append(f"\nConverged: {100 * table['converged'].mean():.1f} % of {len(table)} estimates (Lanczos, relative "
                f"Ritz residual on sigma^2 < 1e-4 in float32, 1e-6 in float64); "
                f"median {table['iters'].median():.0f} J^T J products per batch of sequences; "
@@ -143,44 +146,33 @@ def sqrt_n_real_summary(table) -> str:
     return "\n".join(out)
 
 
-def _slopes(table, keys, col):
-    return [loglog_fit(g["n"], g[col])["slope"] + 0.0 for _, g in table.groupby(keys, sort=False)]
-
-
-def _real_verdict(table) -> str:
-    """One line: the published ~n^0.25 (the authors' estimator) against our estimator and true slopes."""
-    keys = ["model", "layer", "masked", "corpus"]
-    pre = table[table["pretrained"].astype(bool)] if "pretrained" in table else table.iloc[:0]
-    rnd = table[~table["pretrained"].astype(bool)] if "pretrained" in table else table
-    if not len(pre):
+def _real_verdict(slopes) -> str:
+    """One line: the published ~n^0.25 (the authors' estimator) against our estimator and true slopes.
+    slopes: (pretrained, estimator slope, true slope) per panel."""
+    e = [s[1] for s in slopes if s[0]]
+    t = [s[2] for s in slopes if s[0]]
+    if not e:
         return "Verdict: not determined (no pretrained model in this run)."
-    e, t = _slopes(pre, keys, "paper_estimator"), _slopes(pre, keys, "lipschitz")
     word = "partly reproduced" if min(e) <= 0.25 <= max(e) else "not reproduced"
     out = (f"Verdict (paper: ~n^0.25 on real data, with its estimator): **{word}**. On the pretrained model the "
            f"authors' estimator grows as n^{min(e):.2f} to n^{max(e):.2f} over the panels, the true ||Df(X)|| as "
            f"n^{min(t):.2f} to n^{max(t):.2f}: the growth is real in the last layer but smaller than the estimator "
            "says (castin_sqrt_n_block: on the authors' LN(X + attn(X)) map the published slope is the estimator's).")
-    if len(rnd):
-        er, tr = _slopes(rnd, keys, "paper_estimator"), _slopes(rnd, keys, "lipschitz")
+    er, tr = [s[1] for s in slopes if not s[0]], [s[2] for s in slopes if not s[0]]
+    if er:
         out += (f" Random-weight BERT-base / GPT-2 (near-uniform attention): true n^{min(tr):.2f} to "
                 f"n^{max(tr):.2f}, estimator n^{min(er):.2f} to n^{max(er):.2f}.")
     return out
 
 
-def _adversarial_verdict(table) -> str:
+def _adversarial_verdict(panels) -> str:
     """One line: Prop. 3.4's sqrt(n) at its adversarial inputs, for the head alone (the proposition's map) and the
-    whole layer."""
-    un = table[~table["masked"].astype(bool)]
-    if not len(un):
+    whole layer. panels: per unmasked panel, (layer slope, head-alone slope, lower-bound slope, min head / LB) of
+    the head with the largest gamma (the ratio over all heads)."""
+    if not panels:
         return "Verdict: not determined (no unmasked panel)."
-    keys = ["model", "layer", "radius_factor", "map"]
-    head, lb, lay = [], [], []
-    for _, g in un.groupby(keys, sort=False):
-        gb = g[g["head"] == int(g.loc[g["gamma"].idxmax(), "head"])]
-        head.append(loglog_fit(gb["n"], gb["lipschitz_head"])["slope"])
-        lb.append(loglog_fit(gb["n"], gb["lower_bound"])["slope"])
-        lay.append(loglog_fit(gb["n"], gb["lipschitz"])["slope"])
-    ratio = float((un["lipschitz_head"] / un["lower_bound"]).min())
+    lay, head, lb, ratios = (list(c) for c in zip(*panels))
+    ratio = min(ratios)
     word = "reproduced" if min(head) >= 0.45 and ratio >= 1 - 1e-9 else "partly reproduced"
     return (f"Verdict (paper: ~n^0.5 at Prop. 3.4's inputs): **{word}** for the proposition's map (one head, no "
             f"bias): slopes {min(head):.2f} to {max(head):.2f} over the unmasked panels, its lower bound "
@@ -234,21 +226,25 @@ def sqrt_n_adversarial_summary(table) -> str:
            "C in C sqrt(n) layer / head alone | slope paper estimator | min Lip_head / Prop 3.4 LB |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     table = table.assign(map=table["map"]) if "map" in table else table.assign(map="layer")
+    unmasked = []  # per unmasked panel: (layer, head-alone, lower-bound slope, min head / LB), for the verdict
     for k, g in table.groupby(["model", "layer", "masked", "radius_factor", "map"], sort=False):
         best = int(g.loc[g["gamma"].idxmax(), "head"])
         gb = g[g["head"] == best]
         per_head = [loglog_fit(gh["n"], gh["lipschitz"])["slope"] for _, gh in g.groupby("head")]
         fb, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
-        lb_ratio = ("n/a (LB is for the unmasked map)" if bool(k[2])
-                    else f"{(g['lipschitz_head'] / g['lower_bound']).min():.3g}")
+        flb = loglog_fit(gb["n"], gb["lower_bound"])
+        if not bool(k[2]):
+            unmasked.append((fb["slope"], fh["slope"], flb["slope"],
+                             float((g["lipschitz_head"] / g["lower_bound"]).min())))
+        lb_ratio = "n/a (LB is for the unmasked map)" if bool(k[2]) else f"{unmasked[-1][3]:.3g}"
         out.append(f"| {k[0]}{_pre(g)} | {k[1]} | {'causal' if k[2] else 'none'} | {MAPS.get(k[4], k[4])} | "
                    f"{g['radius'].iloc[0]:.1f} "
                    f"({k[3]:g}x) | {g['head'].nunique()} | {g['gamma_R2'].median():.3g} | {fmt_fit(fb)} | "
                    f"{np.nanmedian(per_head):.2f} | {fmt_fit(fh)} | "
-                   f"{fmt_fit(loglog_fit(gb['n'], gb['lower_bound']))} | "
+                   f"{fmt_fit(flb)} | "
                    f"{fb['const_sqrt']:.3g} / {fh['const_sqrt']:.3g} | "
                    f"{fmt_fit(loglog_fit(gb['n'], gb['paper_estimator']))} | {lb_ratio} |")
-    out.append("\n" + _adversarial_verdict(table))
+    out.append("\n" + _adversarial_verdict(unmasked))
     out.append(f"""
 **What differs from the paper and why.**
 {DIFFERS_MODELS}

@@ -106,19 +106,17 @@ def leaderboard_verdict(agg) -> str:
     ViT) checked on every model by median ratio, plus App. C (the sqrt(N)-order plug-in) against Thm 3."""
     head = agg[agg["scope"] == "head"].set_index(["model", "method"])["median"]
     models = list(dict.fromkeys(m for m, _ in head.index))
-    paper3 = ("kim", "castin", "jasmin")
-    ok = [m for m in models if all((m, k) in head.index for k in paper3)
-          and head[(m, "jasmin")] <= min(head[(m, "kim")], head[(m, "castin")])]
-    have = [m for m in models if all((m, k) in head.index for k in paper3)]
+    have = [m for m in models if all((m, k) in head.index for k in ("kim", "castin", "jasmin"))]
+    ok = [m for m in have if head[(m, "jasmin")] <= min(head[(m, "kim")], head[(m, "castin")])]
     trained = [m for m in have if "JaSMin" in m]
-    word = ("reproduced" if trained and all(m in ok for m in trained) and len(ok) == len(have)
+    trained_ok = bool(trained) and set(trained) <= set(ok)
+    word = ("reproduced" if trained_ok and len(ok) == len(have)
             else "partly reproduced" if ok else "not reproduced")
     parts = [f"{m}: JaSMin {head[(m, 'jasmin')]:.3g} vs Castin {head[(m, 'castin')]:.3g} vs Kim "
              f"{head[(m, 'kim')]:.3g}" for m in have]
     out = (f"Verdict (Fig. 6: JaSMin's Thm 3 the tightest of the paper's three bounds per head, median bound / truth; "
            f"paper: JaSMin-trained ViT-B on CIFAR-100): **{word}** on {len(ok)} of {len(have)} models"
-           + (f" including the JaSMin-trained ViT" if trained and all(m in ok for m in trained) else "") + ". "
-           + "; ".join(parts) + ".")
+           + (" including the JaSMin-trained ViT" if trained_ok else "") + ". " + "; ".join(parts) + ".")
     lo = [m for m in have if (m, "lofast_fine") in head.index and head[(m, "lofast_fine")] < head[(m, "jasmin")]]
     if lo:
         out += (f" Beyond the paper: LoFAST's exact eps -> 0 limit is tighter still on {len(lo)} of {len(have)} "

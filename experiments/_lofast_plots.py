@@ -110,8 +110,8 @@ def certified_verdict(table, eps_ref: float) -> str:
     t = table[(table.kind == "curve") & np.isclose(table.eps, eps_ref)]
     if not len(t):
         return ""
-    at = lambda b: t[t.bound == b]  # noqa: E731
-    nonzero = bool((at("coarse").certified_acc > 0).all())
+    by = t.assign(config=config_label(t)).pivot_table(index="config", columns="bound", values="certified_acc")
+    nonzero = bool((by["coarse"] > 0).all())
     base = t[(t.layers == t.layers.max()) & (t.heads == t.heads.max())]
     if "patch" in base:
         base = base[base.patch == base.patch.mode().iloc[0]]
@@ -120,7 +120,7 @@ def certified_verdict(table, eps_ref: float) -> str:
     cert = [float(base[(base.vo_norm == c) & (base.bound == "coarse")].certified_acc.iloc[0]) for c in cs]
     trade = (len(cs) > 1 and all(a <= b for a, b in zip(clean, clean[1:]))
              and all(a >= b for a, b in zip(cert, cert[1:])))
-    naive_gap = float((at("coarse").certified_acc.values - at("naive").certified_acc.values).max())
+    naive_gap = float((by["coarse"] - by["naive"]).max())
     viol = int(table[table.kind == "curve"].violations.sum())
     word = "partly reproduced" if nonzero and trade and viol == 0 else "not reproduced"
     lead = "what carries over to Fashion-MNIST holds" if word.startswith("partly") else "on Fashion-MNIST"
