@@ -308,3 +308,48 @@ def test_partial_reorth_matches_full_with_fewer_passes():
         lanczos(op, y0, reorth="sometimes")
     with pytest.raises(ValueError, match="krylov"):  # was an IndexError at the first restart
         lanczos(op, y0, krylov=1)
+
+
+# ---- issue 13, session 8: the lean iteration (inference mode, tests only where they can succeed) --------------
+def test_results_are_ordinary_tensors_usable_in_autograd():
+    """The loop runs under inference mode; what it returns must still combine with autograd tensors."""
+    X, w = make(0, n=6, d=8, h=2)
+    v, info = L.m_norms(X, w, tol=1e-10, return_info=True)
+    a = torch.ones(2, dtype=DT, requires_grad=True)
+    for t in (v, info.m.value, info.m.upper, info.m.vector):
+        assert not t.is_inference()
+    (a * v * info.m.upper).sum().backward()  # mul saves both operands: fails on an inference tensor
+    assert torch.allclose(a.grad, v * info.m.upper)
+
+
+def test_breakdown_between_convergence_tests_is_caught_at_once():
+    """A rank-1 Gram's Krylov space is invariant after 2 products (v0 and the top vector), before the first scheduled
+    test (check_every = 3): the per-step test must stop it there, exact (KW eps = 0), not a garbage step later."""
+    from harness.kernels.krylov import lanczos
+
+    g = torch.Generator().manual_seed(3)
+    M = _spectra(4, 50, 30, g)
+    U, S, Vh = torch.linalg.svd(M, full_matrices=False)
+    M2 = U[..., :1] @ torch.diag_embed(S[..., :1]) @ Vh[..., :1, :]
+    op = _gram_of(M2)
+    r = lanczos(op, torch.randn(4, 30, dtype=DT, generator=g), tol=1e-12, delta=1e-6)
+    truth = torch.linalg.matrix_norm(M2, ord=2)
+    assert bool(r.converged.all()) and (r.steps == 2).all(), r.steps
+    assert (r.kw_eps == 0).all() and rel(r.value, truth) <= 1e-12
+
+
+def test_convergence_tests_are_spaced_while_far_from_tol(monkeypatch):
+    """The projected eigenproblem is solved at most every check_every steps, further apart while the residual is
+    far from tol: on slowly converging operators, fewer than one test per 4 products; same values."""
+    from harness.kernels import krylov
+
+    calls = []
+    orig = krylov._top_eigh
+    monkeypatch.setattr(krylov, "_top_eigh", lambda H, p: (calls.append(H.shape[-1]), orig(H, p))[1])
+    g = torch.Generator().manual_seed(5)
+    s = torch.linspace(1, 0.9, 400, dtype=DT)  # top gap 2.5e-4: ~100 products
+    Q, _ = torch.linalg.qr(torch.randn(400, 400, dtype=DT, generator=g))
+    M = (Q * s) @ Q.T
+    r = krylov.lanczos(_gram_of(M[None]), torch.randn(1, 400, dtype=DT, generator=g), tol=1e-10, krylov=200)
+    assert bool(r.converged.all()) and rel(r.value, torch.tensor([1.0], dtype=DT)) <= 1e-9
+    assert int(r.steps) >= 40 and len(calls) * 4 < int(r.steps), (len(calls), int(r.steps))

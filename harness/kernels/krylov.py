@@ -5,12 +5,18 @@ per-operator scale c (B,) chosen so the scaled spectrum is O(1): sigma_max(A) = 
 what keeps every finite operator finite (A^T A of ||A|| = 1e200 is 1e400 in float64; of 1e20 in float32, 1e40).
 
 `lanczos` (MATH.md §4, Wu & Simon's thick restart):
-- full reorthogonalization (the three-term part, then one classical Gram-Schmidt pass over the basis; two full
-  passes on the first step after a restart), the projected matrix H = V^T M V stored densely, so a
-  restart keeps the top `keep` Ritz vectors plus the residual (H becomes an arrowhead) and the top Ritz value
-  never decreases across restarts;
+- reorthogonalization: two classical Gram-Schmidt passes over the basis per step ("twice is enough") when
+  N < PARTIAL_MIN_DIM; in larger spaces Simon's partial reorthogonalization in the first cycle and, after a
+  restart, the three-term part then one pass (two passes on a cycle's first step). The projected matrix
+  H = V^T M V is stored densely (its lower triangle), so a restart keeps the top `keep` Ritz vectors plus the
+  residual (H becomes an arrowhead) and the top Ritz value never decreases across restarts;
 - convergence: relative Ritz residual ||M y - theta y|| / theta < tol (bounds the relative error of theta by tol,
-  Weyl), tested every `check_every` steps (top eigenpair of the k x k matrix H, k <= krylov) and at restarts;
+  Weyl), tested from the top eigenpair of the k x k matrix H (k <= krylov): every `check_every` steps near
+  convergence, up to 4 x check_every apart while the residual, extrapolated from the last two tests, is far
+  from tol, never before `min_steps`, always at restarts, and at once on a breakdown or a non-finite value
+  (one scalar test per step);
+- the iteration runs under torch.inference_mode (its many small ops skip autograd bookkeeping); results are
+  ordinary tensors, and opaque callables (CallableGram) are applied outside inference mode;
 - deflation: an operator that converged (or broke down: invariant subspace) leaves the batch when the operator
   supports `select`, so converged heads/inputs stop costing work;
 - non-finite values are never reported as converged;
@@ -89,9 +95,12 @@ class CallableGram(GramOperator):
         return v.reshape(*self.batch_shape, *self.event_shape)
 
     def gram(self, V: Tensor) -> Tensor:
-        c = self.scale[:, None]
-        u = self.mv(self._unflat(V)).reshape(self.B, -1) / c
-        return self.rmv(u.reshape(*self.batch_shape, *self._out_event)).reshape(self.B, -1) / c
+        # lanczos iterates under inference mode; callables may differentiate (torch.func.jvp / vjp), so they get an
+        # ordinary tensor outside it
+        with torch.inference_mode(False):
+            V, c = V.clone(), self.scale[:, None].clone()
+            u = self.mv(self._unflat(V)).reshape(self.B, -1) / c
+            return self.rmv(u.reshape(*self.batch_shape, *self._out_event)).reshape(self.B, -1) / c
 
 
 PARTIAL_MIN_DIM = 4096  # reorth="auto": partial reorthogonalization from this dimension on (docs/notes/kernels.md)
@@ -124,22 +133,6 @@ def _noise(N: int, eps: float) -> float:
     return math.sqrt(N) * eps / 2
 
 
-def _top_eigh(H: Tensor, p: int):
-    """Top p eigenpairs of small symmetric matrices H (B, k, k), ascending: values (B, p), vectors (B, k, p).
-
-    On CPU through LAPACK's syevr on the wanted indices only (scipy): torch's batched CPU eigh of (12, 40, 40)
-    takes ~100x longer with 2 threads, which dominated the iteration."""
-    k = H.shape[-1]
-    p = min(p, k)
-    if H.device.type == "cpu":
-        Hn = H.detach().numpy()
-        vals, vecs = zip(*(scipy.linalg.eigh(a, subset_by_index=[k - p, k - 1], check_finite=False, driver="evr")
-                           if np.isfinite(a).all() else (np.full(p, np.nan), np.full((k, p), np.nan)) for a in Hn))
-        return torch.from_numpy(np.stack(vals)).to(H.dtype), torch.from_numpy(np.stack(vecs)).to(H.dtype)
-    ev, Y = torch.linalg.eigh(H)
-    return ev[:, -p:], Y[:, :, -p:]
-
-
 @dataclass
 class LanczosResult:
     value: Tensor  # (B,) sigma_max estimate (a Ritz value: a lower estimate)
@@ -153,6 +146,61 @@ class LanczosResult:
     passes: int = 0  # full reorthogonalization passes over the basis (batch-wide)
 
 
+def _top_eigh(H: Tensor, p: int):
+    """Top p eigenpairs of small symmetric matrices H (B, k, k) given by their lower triangles, ascending:
+    values (B, p), vectors (B, k, p).
+
+    On CPU through LAPACK's syevr on the wanted indices only, called directly (scipy.linalg.eigh's checks cost more
+    than the decomposition at k <= 64): torch's batched CPU eigh of (12, 40, 40) takes ~100x longer with 2 threads,
+    which dominated the iteration."""
+    k = H.shape[-1]
+    p = min(p, k)
+    if H.device.type == "cpu":
+        Hn = H.detach().numpy()
+        (syevr,) = scipy.linalg.get_lapack_funcs(("syevr",), (Hn,))
+        vals, vecs = [], []
+        for a in Hn:
+            w, z, _, _, info = (syevr(a, compute_v=1, range="I", il=k - p + 1, iu=k, lower=1)
+                                if np.isfinite(a).all() else (None, None, 0, None, 1))
+            vals.append(w[:p] if info == 0 else np.full(p, np.nan))
+            vecs.append(z[:, :p] if info == 0 else np.full((k, p), np.nan))
+        return torch.from_numpy(np.stack(vals)).to(H.dtype), torch.from_numpy(np.stack(vecs)).to(H.dtype)
+    ev, Y = torch.linalg.eigh(H)  # UPLO="L"
+    return ev[:, -p:], Y[:, :, -p:]
+
+
+def _cgs_pass(Vk: Tensor, w: Tensor):
+    """One classical Gram-Schmidt pass of w (B, 1, N) against the basis Vk (B, k, N): (w - c Vk, c (B, 1, k))."""
+    c = w @ Vk.transpose(-1, -2)
+    return torch.baddbmm(w, c, Vk, alpha=-1), c
+
+
+def _three_term(V: Tensor, w: Tensor, j: int, k: int):
+    """The three-term part: w (B, 1, N) against v_j and v_{j-1} (modified Gram-Schmidt): (w, h (B, 1, k))."""
+    h = w.new_zeros(w.shape[0], 1, k)
+    for i in (j, j - 1):
+        c = w @ V[:, i, :, None]  # (B, 1, 1)
+        w = w - c * V[:, None, i]
+        h[:, :, i] = c[:, :, 0]
+    return w, h
+
+
+def _next_check(k: int, rel_now: Tensor, rel_prev: Tensor, k_prev: int, tol: float, check_every: int,
+                min_steps: int, steps: int) -> int:
+    """Krylov dimension of the next convergence test (cheap steps between tests; docs/notes/kernels.md).
+
+    Every `check_every` steps near convergence; further apart (at most 4 x check_every) while the fastest active
+    row's residual, extrapolated geometrically from the last two tests, is predicted to need more than twice as
+    many steps; never before `min_steps` products can have been spent (no row may converge earlier)."""
+    gap = check_every
+    ok = torch.isfinite(rel_now) & torch.isfinite(rel_prev) & (rel_now > 0) & (rel_now < rel_prev) & (k > k_prev)
+    if bool(ok.any()):
+        rate = (rel_now[ok].log() - rel_prev[ok].log()) / (k - k_prev)  # < 0 per step
+        need = float(((math.log(tol) - rel_now[ok].log()) / rate).clamp_min(0).min())
+        gap = int(min(max(check_every, need // 2), 4 * check_every))
+    return k + max(gap, min_steps - steps)
+
+
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
             keep: Optional[int] = None, check_every: int = 3, min_steps: int = 1,
             delta: Optional[float] = None, reorth: str = "auto") -> LanczosResult:
@@ -164,15 +212,23 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     estimate (only meaningful when x0 is Gaussian and drawn independently of the operator).
     reorth: "full" (every step), "partial" (Simon's PRO in the first cycle, full after a restart) or "auto"
     (partial iff N >= PARTIAL_MIN_DIM, where reading the basis twice per step costs more than the operator).
+    The iteration runs under torch.inference_mode (no autograd bookkeeping on its many small ops); the results
+    are returned as ordinary tensors.
     """
     if reorth not in ("auto", "full", "partial"):
         raise ValueError(f"reorth must be 'auto', 'full' or 'partial', got {reorth!r}")
     if int(krylov) < 2:  # a thick restart keeps >= 1 Ritz vector plus the residual
         raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
+    with torch.inference_mode():
+        out = _lanczos(op, x0.detach(), iters, tol, int(krylov), keep, check_every, min_steps, delta, reorth)
+    return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in out))
+
+
+def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, delta, reorth):
     B, N = x0.shape
     dt, dev = x0.dtype, x0.device
     tiny, eps_m = torch.finfo(dt).tiny, torch.finfo(dt).eps
-    m = max(1, min(int(krylov), iters + 1, N))  # a basis of N vectors spans the space: the Ritz value is exact
+    m = max(1, min(krylov, iters + 1, N))  # a basis of N vectors spans the space: the Ritz value is exact
     p = max(1, min(keep if keep is not None else m // 2, m - 1))
     min_steps = min(min_steps, N)
     out_theta = torch.zeros(B, dtype=dt, device=dev)
@@ -188,8 +244,9 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     x = x0 / nrm.clamp_min(tiny)[:, None]
     x = torch.where(torch.isfinite(x).all(-1, keepdim=True) & (nrm > 0)[:, None], x, torch.ones_like(x) / math.sqrt(N))
     V = torch.empty(B, m + 1, N, dtype=dt, device=dev)  # only V[:, :k] is ever read
-    H = torch.zeros(B, m + 1, m + 1, dtype=dt, device=dev)
+    H = torch.zeros(B, m + 1, m + 1, dtype=dt, device=dev)  # lower triangle only (what the eigensolver reads)
     V[:, 0] = x
+    hmax = torch.zeros(B, dtype=dt, device=dev)  # running max |H_ij| (breakdown threshold)
     k, steps, products, restarted, fresh, n_passes = 1, 0, 0, False, 0, 0
     partial = reorth == "partial" or (reorth == "auto" and N >= PARTIAL_MIN_DIM)
     if partial:  # omega[:, i] estimates v_k . v_i for the newest vector v_k (omega_prev: for v_{k-1}); Simon 1984
@@ -198,50 +255,57 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
         omega_prev = torch.zeros_like(omega)
         force = False  # PRO reorthogonalizes two consecutive vectors
     frozen = torch.zeros(B, dtype=torch.bool, device=dev)  # finished rows still in the batch (no select support)
+    any_frozen, check_at = False, max(check_every, min_steps)  # earlier: only on a breakdown (see `odd`)
+    last_k, last_rel = 0, out_rel.clone()
     while idx.numel() and steps < iters:
         j = k - 1
-        w = op.gram(V[:, j])
+        w = op.gram(V[:, j])[:, None]  # (B', 1, N)
         steps += 1
         products += 1
         Vk = V[:, :k]  # (B', k, N)
-        h = torch.zeros(w.shape[0], k, dtype=dt, device=dev)
         pro = partial and not restarted
-        if j >= 1 and j != fresh:  # the three-term part first (v_j, v_{j-1}), then one full pass ("twice is enough")
-            for i in (j, j - 1):
-                c = (w * V[:, i]).sum(-1)
-                w = w - c[:, None] * V[:, i]
-                h[:, i] += c
-            passes = 1
-        else:  # first step, or first after a restart (arrowhead couplings to every kept Ritz vector): two full passes
-            passes = 2
-        dgks = None
-        if pro and passes == 1:  # partial: a full pass only when the estimated loss of orthogonality needs one
-            beta = w.norm(dim=-1)
-            H[:, j, j] = h[:, j]
+        if pro and j >= 1 and j != fresh:  # the three-term part (v_j, v_{j-1}); a full pass only when needed
+            w, h = _three_term(V, w, j, k)
+            beta = w.norm(dim=-1)[:, 0]
+            H[:, j, j] = h[:, 0, j]
             new = _omega_step(H, omega, omega_prev, j, beta, N, eps_m)
             live = ~frozen & (beta > 0)  # finished rows (zero vectors, no select support) never ask for a pass
             big = (new[:, :j + 1].abs() > math.sqrt(eps_m)).any(-1) | ~torch.isfinite(new).all(-1)
             lost = bool((big & live).any())
             # two consecutive vectors per trigger; and the vector that fills the basis (it survives the restart)
             passes, force = (1, not force) if (lost or force or k == m) else (0, False)
-            dgks = beta, live
-        n_passes += passes
-        for _ in range(passes):
-            h2 = (Vk @ w[..., None])[..., 0]  # (B', k)
-            w = w - (h2[:, None, :] @ Vk)[:, 0]
-            h = h + h2
-        if dgks is not None and passes:  # a second pass where the first removed much of w (Daniel et al. 1976)
-            before, live = dgks
-            if bool((live & (w.norm(dim=-1) < 0.7 * before)).any()):
-                h2 = (Vk @ w[..., None])[..., 0]
-                w = w - (h2[:, None, :] @ Vk)[:, 0]
-                h = h + h2
+            if passes:
+                w, c = _cgs_pass(Vk, w)
+                h = h + c
                 n_passes += 1
-        H[:, :k, j] = h
-        H[:, j, :k] = h
+                # a second pass where the first removed much of w (Daniel, Gragg, Kaufman & Stewart 1976)
+                if bool((live & (w.norm(dim=-1)[:, 0] < 0.7 * beta)).any()):
+                    w, c = _cgs_pass(Vk, w)
+                    h = h + c
+                    n_passes += 1
+        else:  # full reorthogonalization: two classical Gram-Schmidt passes ("twice is enough"), or, in a large
+            # space after the first step of a cycle, the three-term part and one pass (reads the basis once)
+            passes = 2 if (N < PARTIAL_MIN_DIM or j == 0 or j == fresh) else 1
+            if passes == 1:
+                w, h = _three_term(V, w, j, k)
+                w, c = _cgs_pass(Vk, w)
+                h = h + c
+            else:
+                w, h = _cgs_pass(Vk, w)
+                w, c = _cgs_pass(Vk, w)
+                h = h + c
+            n_passes += passes
+        H[:, j:j + 1, :k] = h  # row j of the lower triangle
+        w = w[:, 0]
         beta = w.norm(dim=-1)
-        if not bool(torch.isfinite(beta).all()):
+        hm = torch.maximum(hmax, h.abs().amax((-1, -2)))
+        # one host sync per step: a breakdown (beta <= 100 eps ||H||: invariant subspace) or a non-finite beta
+        # (NaN and inf fail the comparison) forces a convergence test now
+        odd = ~(beta > 100 * eps_m * torch.maximum(hm, beta).clamp_min(tiny))
+        odd = bool((odd & ~frozen).any() if any_frozen else odd.any())
+        if odd and not bool(torch.isfinite(beta).all()):
             beta = safe_norm(w)
+        hmax = torch.maximum(hm, beta)
         if pro:
             if passes:  # v_{j+1} orthogonal to the basis to working precision
                 new = torch.zeros_like(omega)
@@ -249,10 +313,9 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             new[:, k] = 1
             omega_prev, omega = omega, new
         full, last = k == m, steps >= iters
-        if full or last or k % check_every == 0 or k <= 2 or k >= N:
+        if full or last or odd or k >= check_at or k >= N:
             ev, Y = _top_eigh(H[:, :k, :k], p if full else 1)  # ascending, the wanted top ones only
             th, y = ev[:, -1], Y[:, :, -1]
-            hmax = H[:, :k, :k].abs().amax((-1, -2))
             broke = (beta <= 100 * eps_m * hmax.clamp_min(tiny)) | (k >= N)
             rel = torch.where(th > 0, beta * y[:, -1].abs() / th.clamp_min(tiny), torch.zeros_like(th))
             rel = torch.where(broke, torch.zeros_like(rel), rel)
@@ -277,11 +340,11 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             frozen = frozen | finish
             if bool(frozen.all()) or last:
                 break
-            if frozen.any():
+            if bool(finish.any()):
                 sub = op.select(~frozen)
                 if sub is not None:
                     keep_rows = ~frozen
-                    op, idx, H = sub, idx[keep_rows], H[keep_rows]
+                    op, idx, H, hmax = sub, idx[keep_rows], H[keep_rows], hmax[keep_rows]
                     rows = keep_rows.nonzero()[:, 0].tolist()  # ascending: row r moves to i <= r, in place
                     for i, r in enumerate(rows):  # only the basis in use, no temporary (the copy is memory-bound)
                         if i != r:
@@ -291,23 +354,29 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
                     frozen = frozen[keep_rows]
                     if partial:
                         omega, omega_prev = omega[keep_rows], omega_prev[keep_rows]
+                any_frozen = bool(frozen.any())
+            act = idx[~frozen]
+            check_at = _next_check(k, out_rel[act], last_rel[act], last_k, tol, check_every, min_steps, steps)
+            last_k, last_rel = k, out_rel.clone()
+            nxt = w / beta.clamp_min(tiny)[:, None]
+            nxt = torch.where((broke | frozen)[:, None], torch.zeros_like(nxt), nxt)
         else:
-            broke = beta <= 0
-        nxt = w / beta.clamp_min(tiny)[:, None]
-        nxt = torch.where((broke | frozen)[:, None], torch.zeros_like(nxt), nxt)
+            nxt = w / beta.clamp_min(tiny)[:, None]  # beta == 0 only for w == 0
+            if any_frozen:
+                nxt = torch.where(frozen[:, None], torch.zeros_like(nxt), nxt)
         if full:  # thick restart: top p Ritz vectors + the residual direction
             Yp = Y[:, :, -p:].flip(-1)  # (B', k, p), largest first
             V[:, :p] = Yp.transpose(-1, -2) @ V[:, :k]  # a new tensor, then copied: no aliasing
             V[:, p] = nxt
             H.zero_()
             H[:, :p, :p] = torch.diag_embed(ev[:, -p:].flip(-1))
-            coupling = beta[:, None] * Yp[:, -1, :]  # (B', p)
-            H[:, p, :p] = coupling
-            H[:, :p, p] = coupling
+            H[:, p, :p] = beta[:, None] * Yp[:, -1, :]  # the residual's couplings (B', p)
+            hmax = torch.maximum(hmax, ev[:, -1].abs())
+            check_at, last_k = check_at - k + p + 1, last_k - k + p + 1  # test positions follow the new numbering
             k, restarted, fresh = p + 1, True, p
         else:
             V[:, k] = nxt
-            H[:, k, j] = H[:, j, k] = beta
+            H[:, k, j] = beta
             k += 1
     scale = scale0
     finite = torch.isfinite(out_theta) & torch.isfinite(out_vec).all(-1)
@@ -322,5 +391,4 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
         up_t = out_theta.clamp_min(0) / (1 - kw).clamp_min(0) * slack
         upper = torch.where(kw < 1, up_t.sqrt() * scale, torch.full_like(value, float("inf")))
         upper = torch.where(finite, upper, torch.full_like(upper, float("nan")))
-    return LanczosResult(value, out_conv, out_vec, out_steps, out_rel, upper, kw, products, n_passes)
-
+    return value, out_conv, out_vec, out_steps, out_rel, upper, kw, products, n_passes
