@@ -12,6 +12,7 @@ as plain tests (`--benchmark-disable`, what CI runs) every case runs once at a t
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -47,11 +48,23 @@ def ours_zeta(X, w, tol=TOL):
 
 
 # ---- ARPACK -------------------------------------------------------------------------------------------------
-def _svds(mv, rmv, shape):
+def _svds(mv, rmv, shape, calls=None):
+    """svds(k=1) at TOL; `calls` (a list) receives (kind, seconds) for every matvec / rmatvec ARPACK asked for."""
     from scipy.sparse.linalg import LinearOperator, svds
 
+    if calls is not None:
+        mv, rmv = _timed(calls, "mv", mv), _timed(calls, "rmv", rmv)
     A = LinearOperator(shape, dtype=np.float64, matvec=mv, rmatvec=rmv)
     return float(svds(A, k=1, tol=TOL, return_singular_vectors=False, random_state=0)[0])
+
+
+def _timed(calls, kind, f):
+    def g(x):
+        t0 = time.perf_counter()
+        y = f(x)
+        calls.append((kind, time.perf_counter() - t0))
+        return y
+    return g
 
 
 def arpack_m(X, w):
@@ -71,7 +84,7 @@ def arpack_m(X, w):
     return torch.tensor(out, dtype=X.dtype)
 
 
-def arpack_zeta(X, w, residual=True):
+def arpack_zeta(X, w, residual=True, calls=None):
     w = prepare(X, w)
     n, d = X.shape
     P = stable_probs(X, w).numpy()  # (h, n, n)
@@ -91,7 +104,7 @@ def arpack_zeta(X, w, residual=True):
         Z = (Y @ Wo.T).reshape(n, h, dh).transpose(1, 0, 2)
         return ((P.transpose(0, 2, 1) @ Z).transpose(1, 0, 2).reshape(n, -1) @ Wv.T + H * Y).ravel()
 
-    return torch.tensor(_svds(mv, rmv, (n * d, n * d)), dtype=X.dtype)
+    return torch.tensor(_svds(mv, rmv, (n * d, n * d), calls), dtype=X.dtype)
 
 
 # ---- dense --------------------------------------------------------------------------------------------------
@@ -127,3 +140,26 @@ def test_bench_exact_norms(benchmark, size, what, method):
     val = benchmark.pedantic(lambda: fn(X, w), rounds=1 if benchmark.disabled else 3, iterations=1)
     ref = METHODS[(what, "dense" if size in DENSE else "arpack")](X, w)
     assert rel_diff(val, ref) <= 1e-6, (what, method, size)
+
+
+def test_arpack_reports_its_products():
+    """The floor report's ARPACK columns count and time ARPACK's operator calls; the value is the dense one."""
+    X, w = case("tiny")
+    calls = []
+    val = arpack_zeta(X, w, calls=calls)
+    kinds = [c[0] for c in calls]
+    # one Gram product = a matvec and an rmatvec; svds adds one matvec after the iteration
+    assert kinds.count("rmv") >= 1 and 0 <= kinds.count("mv") - kinds.count("rmv") <= 1
+    assert all(c[1] >= 0 for c in calls)
+    assert rel_diff(val, dense_zeta(X, w)) <= 1e-6
+
+
+def test_floor_report_runs():
+    """`python -m benchmarks.report --part floor` at the tiny size: one row, every column filled."""
+    from benchmarks.report import floor_report
+
+    rows = [l for l in floor_report(["tiny"], 1).splitlines() if l.startswith("| n=6 d=8 h=2 |")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert len(cells) == 9 and all(cells), cells
+    assert int(cells[2]) >= 1 and float(cells[5]) >= 1  # our products, ARPACK's products
