@@ -163,3 +163,29 @@ def test_floor_report_runs():
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert len(cells) == 9 and all(cells), cells
     assert int(cells[2]) >= 1 and float(cells[5]) >= 1  # our products, ARPACK's products
+
+
+def test_report_threads_apply_to_torch_and_blas(capsys):
+    """`--threads 1,2`: one table per count in the same run, torch's and numpy's BLAS thread counts both set (ARPACK
+    runs on numpy: an unset BLAS pool would give it a different thread count than ours)."""
+    from threadpoolctl import threadpool_info
+
+    from benchmarks.report import main
+
+    before = torch.get_num_threads()
+    try:
+        main(["--part", "floor", "--quick", "--repeats", "1", "--threads", "1,2"])
+        out = capsys.readouterr().out
+        assert "### 1 thread (torch and BLAS)" in out and "### 2 threads (torch and BLAS)" in out
+        assert out.count("| n=6 d=8 h=2 |") == 2
+        assert torch.get_num_threads() == 2
+        blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+        assert blas and all(p["num_threads"] == 2 for p in blas)
+        with pytest.raises(SystemExit):
+            main(["--part", "analyze", "--threads", "1,2"])
+    finally:
+        from benchmarks.report import _BLAS_LIMIT
+
+        torch.set_num_threads(before)
+        for lim in _BLAS_LIMIT:
+            lim.restore_original_limits()

@@ -12,8 +12,10 @@ GEMM rate and what it implies for the Lemma 1 (zeta) operator at ViT-B size (see
 operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes`).
 `--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
 
-Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call (the dense SVDs and the
-Jacobian runs are measured once, without warm-up). Peak memory is measured separately, in a fresh child process
+Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
+SVDs and the Jacobian runs are measured once, without warm-up). `--threads N` sets torch's threads and numpy's BLAS
+threads (threadpoolctl) to N, so ARPACK's numpy operator and our torch one run on the same number of threads;
+`--threads 1,2` measures both counts in one run (kernels and floor parts). Peak memory is measured separately, in a fresh child process
 per job with MALLOC_MMAP_THRESHOLD_=131072 (glibc then maps every large tensor and unmaps it on free, so the RSS
 follows torch's live CPU allocations instead of the allocator's cache): the increase of the RSS over its value
 right before the call, polled every 2 ms by a thread (psutil). tracemalloc would not see torch's allocations.
@@ -33,6 +35,18 @@ import torch
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
 from harness.bounds import lofast as L
+
+
+_BLAS_LIMIT = []  # the active threadpoolctl limit (kept alive: it lasts as long as the object)
+
+
+def set_threads(n: int) -> None:
+    """n threads for torch and for numpy's BLAS (ARPACK's numpy operator): both sides of a comparison get the same
+    count (numpy's OpenBLAS otherwise starts one thread per core whatever torch is told)."""
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(n)
+    _BLAS_LIMIT[:] = [threadpool_limits(limits=n, user_api="blas")]
 
 
 def measure(fn, repeats: int, warmup: bool):
@@ -130,7 +144,8 @@ def kernels_report(sizes, repeats: int) -> str:
         n, d, h = KS[size]
         for what, name in (("m", "‖M_l‖ all heads"), ("zeta", "zeta")):
             vo, to = measure(lambda: METHODS[(what, "ours")](X, w), repeats, True)
-            va, ta = measure(lambda: METHODS[(what, "arpack")](X, w), 1, False)
+            # ARPACK gets the same treatment as ours: a warm-up call, then the median of `repeats`
+            va, ta = measure(lambda: METHODS[(what, "arpack")](X, w), repeats, True)
             td = float("nan")
             ref = va
             if size in DENSE:
@@ -247,13 +262,19 @@ def main(argv=None):
     ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "peak", "floor"], default="kernels")
     ap.add_argument("--sizes", default=None,
                     help="kernels / floor parts: comma-separated sizes (default small,mid,vitb,big / small,vitb)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="2",
+                    help="threads for torch AND numpy's BLAS (ARPACK's operator), e.g. 2; kernels / floor parts: a "
+                         "comma-separated list (1,2) measures each count in the same run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="tiny sizes only (smoke run)")
     ap.add_argument("--only", choices=["small", "large"], default=None, help="run only one part")
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
+    counts = [int(c) for c in str(a.threads).split(",")]
+    if len(counts) > 1 and a.part not in ("kernels", "floor"):
+        ap.error("a list of thread counts is for --part kernels / floor")
+    a.threads = counts[0]
+    set_threads(a.threads)
     if a.mem_job:  # child process: print the peak RSS increase of one job
         fn = jobs(a.mem_job[0])[a.mem_job[1]]
         print(peak_rss_mb(fn)[1])
@@ -265,9 +286,13 @@ def main(argv=None):
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.part in timed:
         t0 = time.perf_counter()
-        print(timed[a.part]())
+        for c in counts:
+            set_threads(c)
+            if len(counts) > 1:
+                print(f"### {c} thread{'s' if c > 1 else ''} (torch and BLAS)\n")
+            print(timed[a.part]() + "\n")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"\nTotal {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
+        print(f"Total {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
         return
     rows = []
     if a.only in (None, "small"):

@@ -100,8 +100,26 @@ def certified_summary(table, eps_ref: float) -> str:
                      f"{med['coarse']:.3f} / {med['fine']:.3f} / {med['sharp']:.3f} | "
                      f"{f.eps.max() if len(f) else 0:.2f} | {t.m_over_xi_mean.iloc[0]:.3f} | {int(t.violations.sum())} |")
     lines += ["", f"Certificates computed in {table.certificate_dtype.iloc[0]} whatever --dtype says (soundness); "
-              "clean margins and PGD in the run's dtype."]
+              "clean margins and PGD in the run's dtype.", "", guarantee_line(curves)]
     return "\n".join(lines)
+
+
+def guarantee_line(curves) -> str:
+    """What the certified accuracies above rest on: the largest per-input failure probability per bound (column
+    `guarantee`: a union bound over the Kuczynski-Wozniakowski estimates of zeta and ||M_l|| a bound uses)."""
+    if "guarantee" not in curves:
+        return "Failure probability of the certificates: not recorded in this table (column `guarantee` missing)."
+    from harness.bounds.lofast import DELTA
+    from harness.models.certify import CERTIFY_EPS
+
+    g = {b: float(curves[curves.bound == b].guarantee.max()) for b in BOUNDS if (curves.bound == b).any()}
+    parts = [f"{b} {'0 (deterministic)' if v == 0 else f'{v:.1e}'}" for b, v in g.items()]
+    return ("Guarantee: each certificate uses certified upper estimates of zeta (coarse) and of ||M_l|| (fine, sharp): "
+            "Lanczos from a seeded Gaussian start long enough for the Kuczynski-Wozniakowski bound with relative "
+            f"eps {CERTIFY_EPS:g} on the squared norm, each estimate failing with probability <= {DELTA:g} over the "
+            "start. A point certified here is robust with probability >= 1 - p, where p (a union bound over the "
+            "estimates of every layer; the worst configuration) is: "
+            + ", ".join(parts) + ".")
 
 
 def certified_verdict(table, eps_ref: float) -> str:

@@ -144,6 +144,38 @@ def test_certificates_use_certified_upper_estimates(trained):
         assert (r_cert <= r_ritz + 1e-12).all() and (r_cert >= 0.9 * r_ritz).all(), b
 
 
+def test_guarantee_per_bound_counts_the_estimates_it_uses(trained):
+    """naive rests on nothing estimated (0); coarse on zeta per layer; fine / sharp on zeta and every ||M_l||."""
+    m, X, y = trained
+    cert = certify(m, X[:4], y[:4])
+    L, h = len(cert.layers), cert.layers[0].m_up.shape[-1]
+    assert L == 2 and h == 2
+    assert cert.guarantee_of("naive") == 0.0
+    assert cert.guarantee_of("coarse") == pytest.approx(L * lofast.DELTA)
+    for b in ("fine", "sharp"):
+        assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.DELTA) == pytest.approx(cert.guarantee)
+    with pytest.raises(ValueError, match="unknown bound"):
+        cert.guarantee_of("tight")
+
+
+def test_certify_rows_and_summary_report_the_guarantee(trained):
+    """Every certification row carries its bound's failure probability; the summary states it per bound."""
+    import pandas as pd
+
+    from experiments import _lofast_plots as P
+    from harness.models.lofast_eval import certify_rows
+
+    m, X, y = trained
+    rows = certify_rows(m, X[:4], y[:4], [0.0, 0.1], pgd_steps=2, pgd_restarts=1)
+    t = pd.DataFrame(rows).assign(layers=2, heads=2, vo_norm=0.5, test_acc_full=0.5)
+    g = t.groupby("bound").guarantee.unique()
+    assert all(len(v) == 1 for v in g) and g["naive"][0] == 0 and 0 < g["coarse"][0] < g["fine"][0] == g["sharp"][0]
+    line = P.guarantee_line(t[t.kind == "curve"])
+    assert "naive 0 (deterministic)" in line and f"fine {g['fine'][0]:.1e}" in line and "1e-09" in line
+    assert "not recorded" in P.guarantee_line(t[t.kind == "curve"].drop(columns="guarantee"))
+    assert line in P.certified_summary(t, 0.1)
+
+
 def test_patch_size_axis_is_labelled_and_summarized():
     """LoFAST Fig. 2's patch-size axis: configs at several patch sizes get -p<patch> labels and a summary line."""
     import pandas as pd

@@ -123,6 +123,18 @@ class Certificate:
         """Failure probability of the certificates (union over every estimated zeta and ||M_l||)."""
         return float(sum(t.delta * (1 + (0 if t.m_up is None else t.m_up.shape[-1])) for t in self.layers))
 
+    def guarantee_of(self, bound: str) -> float:
+        """Failure probability of `bound`'s certificates per input, the union bound over the certified estimates
+        it uses: none for "naive" (eq. 9 and the coarse Delta_2 are deterministic), zeta of every layer for
+        "coarse" (xi is deterministic), zeta and every ||M_l|| for "fine" / "sharp" (= `guarantee`)."""
+        if bound not in BOUNDS:
+            raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
+        if bound == "naive":
+            return 0.0
+        if bound == "coarse":
+            return float(sum(t.delta for t in self.layers))
+        return self.guarantee
+
     def output_bound(self, eps: Tensor, bound: str, certified: bool = True) -> Tensor:
         """Bound on ||F(u') - F(u)||_2 (logits) for ||u' - u|| <= eps (B,), propagated layer by layer (certified:
         with the upper estimates of zeta and ||M_l||, valid with probability >= 1 - guarantee)."""

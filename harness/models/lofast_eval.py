@@ -146,7 +146,8 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
     Certificates (certified_acc, clean_acc, radius, zeta_mean, L_in, L_head, ||M||/xi) are float64
     (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype. Rows of kind "curve"
     (per bound and eps) and "radius" (per bound and point) share one set of columns: NaN (point and
-    violations -1) where a kind has no value."""
+    violations -1) where a kind has no value. `guarantee`: the bound's certificates hold for an input with
+    probability >= 1 - guarantee over the seeded Lanczos starts (Certificate.guarantee_of; 0 for naive)."""
     cert = certificate(model, batch, y)
     u = stem_inputs(model, batch)
     with torch.no_grad():
@@ -162,12 +163,14 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
         robust = (margin > 0) & (attack < 0)
         for b in BOUNDS:
             ok = cert.certified(e, b)
-            rows.append(dict(base, kind="curve", bound=b, eps=e, clean_acc=float(cert.correct.double().mean()),
+            rows.append(dict(base, kind="curve", bound=b, eps=e, guarantee=cert.guarantee_of(b),
+                             clean_acc=float(cert.correct.double().mean()),
                              certified_acc=float(ok.double().mean()), pgd_acc=float(robust.double().mean()),
                              violations=int((ok & ~robust).sum()), point=-1, radius=nan, margin=nan))
     for b in BOUNDS:  # the same columns on every row (a radius row has no eps: NaN, not the cell's eps list)
         for i, r in enumerate(cert.radius(b).tolist()):
-            rows.append(dict(base, kind="radius", bound=b, eps=nan, clean_acc=nan, certified_acc=nan, pgd_acc=nan,
+            rows.append(dict(base, kind="radius", bound=b, eps=nan, guarantee=cert.guarantee_of(b), clean_acc=nan,
+                             certified_acc=nan, pgd_acc=nan,
                              violations=-1, point=i, radius=r, margin=float(margin[i])))
     return rows
 
