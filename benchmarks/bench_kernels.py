@@ -165,27 +165,46 @@ def test_floor_report_runs():
     assert int(cells[2]) >= 1 and float(cells[5]) >= 1  # our products, ARPACK's products
 
 
-def test_report_threads_apply_to_torch_and_blas(capsys):
-    """`--threads 1,2`: one table per count in the same run, torch's and numpy's BLAS thread counts both set (ARPACK
-    runs on numpy: an unset BLAS pool would give it a different thread count than ours)."""
+def test_report_threads_apply_to_torch_and_blas(capsys, monkeypatch):
+    """`--threads 1,2`: one table per count in the same run, and during each pass torch's AND numpy's BLAS thread
+    counts are that count (ARPACK runs on numpy: an unset BLAS pool would give it another count than ours); the BLAS
+    pools get their original counts back afterwards."""
     from threadpoolctl import threadpool_info
 
-    from benchmarks.report import main
+    import benchmarks.report as R
 
-    before = torch.get_num_threads()
+    blas = lambda: sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+    seen, original, before = [], blas(), torch.get_num_threads()
+    monkeypatch.setattr(R, "floor_report", lambda sizes, repeats: seen.append((torch.get_num_threads(), blas()))
+                        or "| row |")
     try:
-        main(["--part", "floor", "--quick", "--repeats", "1", "--threads", "1,2"])
+        R.main(["--part", "floor", "--quick", "--repeats", "1", "--threads", "1,2"])
         out = capsys.readouterr().out
         assert "### 1 thread (torch and BLAS)" in out and "### 2 threads (torch and BLAS)" in out
-        assert out.count("| n=6 d=8 h=2 |") == 2
-        assert torch.get_num_threads() == 2
-        blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
-        assert blas and all(p["num_threads"] == 2 for p in blas)
-        with pytest.raises(SystemExit):
-            main(["--part", "analyze", "--threads", "1,2"])
+        assert seen == [(1, [1]), (2, [2])]
+        for bad in (["--part", "analyze", "--threads", "1,2"], ["--threads", "0"], ["--threads", "2,2"],
+                    ["--threads", "x"]):
+            with pytest.raises(SystemExit):
+                R.main(bad)
     finally:
-        from benchmarks.report import _BLAS_LIMIT
-
         torch.set_num_threads(before)
-        for lim in _BLAS_LIMIT:
-            lim.restore_original_limits()
+        R.restore_threads()
+    assert blas() == original
+
+
+def test_best_of_report_pairs_each_side_at_its_own_best_count(capsys):
+    """The fair ratio: ours and ARPACK each at the thread count where they were fastest, from the same run."""
+    import benchmarks.report as R
+
+    row = lambda o, a: dict(size="n=6 d=8 h=2", quantity="zeta", ours=o, arpack=a, dense=float("nan"), rel=0.0,
+                            ref="dense")
+    table = R.best_of_report({1: [row(4.0, 1.0)], 2: [row(2.0, 6.0)]})
+    assert "| n=6 d=8 h=2 | zeta | 2 at 2 | 1 at 1 | 0.5x |" in table
+    before = torch.get_num_threads()
+    try:
+        R.main(["--part", "kernels", "--quick", "--repeats", "1", "--threads", "1,2"])
+        out = capsys.readouterr().out
+        assert "### Each side at its best thread count" in out and out.count("| n=6 d=8 h=2 | zeta |") == 3
+    finally:
+        torch.set_num_threads(before)
+        R.restore_threads()

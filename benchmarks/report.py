@@ -15,7 +15,8 @@ operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
 SVDs and the Jacobian runs are measured once, without warm-up). `--threads N` sets torch's threads and numpy's BLAS
 threads (threadpoolctl) to N, so ARPACK's numpy operator and our torch one run on the same number of threads;
-`--threads 1,2` measures both counts in one run (kernels and floor parts). Peak memory is measured separately, in a fresh child process
+`--threads 1,2` measures both counts in one run (kernels and floor parts), and the kernels part then
+adds each side at its own best count. Peak memory is measured separately, in a fresh child process
 per job with MALLOC_MMAP_THRESHOLD_=131072 (glibc then maps every large tensor and unmaps it on free, so the RSS
 follows torch's live CPU allocations instead of the allocator's cache): the increase of the RSS over its value
 right before the call, polled every 2 ms by a thread (psutil). tracemalloc would not see torch's allocations.
@@ -37,16 +38,26 @@ from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_
 from harness.bounds import lofast as L
 
 
-_BLAS_LIMIT = []  # the active threadpoolctl limit (kept alive: it lasts as long as the object)
+_BLAS_FIRST = []  # the first BLAS limiter: restoring it gives back the thread counts from before any set_threads
 
 
 def set_threads(n: int) -> None:
     """n threads for torch and for numpy's BLAS (ARPACK's numpy operator): both sides of a comparison get the same
-    count (numpy's OpenBLAS otherwise starts one thread per core whatever torch is told)."""
+    count (numpy's OpenBLAS otherwise starts one thread per core whatever torch is told). The BLAS limit stays in
+    force until `restore_threads()` (threadpoolctl limits are not undone by garbage collection)."""
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(n)
-    _BLAS_LIMIT[:] = [threadpool_limits(limits=n, user_api="blas")]
+    lim = threadpool_limits(limits=n, user_api="blas")
+    if not _BLAS_FIRST:
+        _BLAS_FIRST.append(lim)
+
+
+def restore_threads() -> None:
+    """BLAS thread counts as they were before the first set_threads (torch's count is the caller's business)."""
+    for lim in _BLAS_FIRST:
+        lim.restore_original_limits()
+    _BLAS_FIRST.clear()
 
 
 def measure(fn, repeats: int, warmup: bool):
@@ -133,12 +144,11 @@ def rows_large(scale: str, repeats: int, threads: int):
     return out
 
 
-def kernels_report(sizes, repeats: int) -> str:
-    """The issue 13 table (see module docstring)."""
+def kernels_rows(sizes, repeats: int):
+    """The issue 13 measurements (see module docstring): a dict per size and quantity."""
     from benchmarks.bench_kernels import DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
 
-    lines = ["| size | quantity | ours (s) | ARPACK (s) | dense (s) | ARPACK / ours | rel. diff ours vs ref |",
-             "|---|---|---|---|---|---|---|"]
+    rows = []
     for size in sizes:
         X, w = kcase(size)
         n, d, h = KS[size]
@@ -150,10 +160,39 @@ def kernels_report(sizes, repeats: int) -> str:
             ref = va
             if size in DENSE:
                 ref, td = measure(lambda: METHODS[(what, "dense")](X, w), 1, False)
-            fmt = lambda t: "-" if t != t else f"{t:.3g}"
-            lines.append(f"| n={n} d={d} h={h} | {name} | {fmt(to)} | {fmt(ta)} | {fmt(td)} | {ta / to:.1f}x | "
-                         f"{rel_diff(vo, ref):.1e} ({'dense' if size in DENSE else 'ARPACK'}) |")
-            print(lines[-1], file=sys.stderr, flush=True)
+            rows.append(dict(size=f"n={n} d={d} h={h}", quantity=name, ours=to, arpack=ta, dense=td,
+                             rel=rel_diff(vo, ref), ref="dense" if size in DENSE else "ARPACK"))
+            print(_kernels_line(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def _fmt(t: float) -> str:
+    return "-" if t != t else f"{t:.3g}"
+
+
+def _kernels_line(r) -> str:
+    return (f"| {r['size']} | {r['quantity']} | {_fmt(r['ours'])} | {_fmt(r['arpack'])} | {_fmt(r['dense'])} | "
+            f"{r['arpack'] / r['ours']:.1f}x | {r['rel']:.1e} ({r['ref']}) |")
+
+
+def kernels_report(sizes, repeats: int, rows=None) -> str:
+    """The issue 13 table (see module docstring); `rows`: kernels_rows already measured."""
+    rows = kernels_rows(sizes, repeats) if rows is None else rows
+    return "\n".join(["| size | quantity | ours (s) | ARPACK (s) | dense (s) | ARPACK / ours | rel. diff ours vs ref |",
+                      "|---|---|---|---|---|---|---|"] + [_kernels_line(r) for r in rows])
+
+
+def best_of_report(by_count) -> str:
+    """Each side at its own best thread count ({count: kernels_rows}, measured in one run): the fair ratio, since
+    OpenBLAS threads can slow ARPACK's small numpy products by several times while they speed up ours."""
+    counts = sorted(by_count)
+    lines = ["| size | quantity | ours: best (s) at threads | ARPACK: best (s) at threads | best ARPACK / best ours |",
+             "|---|---|---|---|---|"]
+    for i, r in enumerate(by_count[counts[0]]):
+        o = min((by_count[c][i]["ours"], c) for c in counts)
+        a = min((by_count[c][i]["arpack"], c) for c in counts)
+        lines.append(f"| {r['size']} | {r['quantity']} | {_fmt(o[0])} at {o[1]} | {_fmt(a[0])} at {a[1]} | "
+                     f"{a[0] / o[0]:.1f}x |")
     return "\n".join(lines)
 
 
@@ -270,7 +309,12 @@ def main(argv=None):
     ap.add_argument("--only", choices=["small", "large"], default=None, help="run only one part")
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    counts = [int(c) for c in str(a.threads).split(",")]
+    try:
+        counts = [int(c) for c in str(a.threads).split(",")]
+    except ValueError:
+        ap.error(f"--threads takes a count or a comma-separated list of counts (1,2), got {a.threads!r}")
+    if min(counts) < 1 or len(set(counts)) != len(counts):
+        ap.error(f"--threads: counts must be >= 1 and distinct, got {a.threads!r}")
     if len(counts) > 1 and a.part not in ("kernels", "floor"):
         ap.error("a list of thread counts is for --part kernels / floor")
     a.threads = counts[0]
@@ -286,11 +330,18 @@ def main(argv=None):
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.part in timed:
         t0 = time.perf_counter()
+        by_count = {}
         for c in counts:
             set_threads(c)
             if len(counts) > 1:
                 print(f"### {c} thread{'s' if c > 1 else ''} (torch and BLAS)\n")
-            print(timed[a.part]() + "\n")
+            if a.part == "kernels":
+                by_count[c] = kernels_rows(sizes("small,mid,vitb,big"), a.repeats)
+                print(kernels_report(None, a.repeats, by_count[c]) + "\n")
+            else:
+                print(timed[a.part]() + "\n")
+        if len(by_count) > 1:
+            print("### Each side at its best thread count\n\n" + best_of_report(by_count) + "\n")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"Total {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
         return

@@ -114,7 +114,7 @@ def guarantee_line(curves) -> str:
 
     g = {b: float(curves[curves.bound == b].guarantee.max()) for b in BOUNDS if (curves.bound == b).any()}
     parts = [f"{b} {'0 (deterministic)' if v == 0 else f'{v:.1e}'}" for b, v in g.items()]
-    return ("Guarantee: each certificate uses certified upper estimates of zeta (coarse) and of ||M_l|| (fine, sharp): "
+    return ("Guarantee: certificates use certified upper estimates of zeta (coarse, fine, sharp) and of ||M_l|| (fine, sharp): "
             "Lanczos from a seeded Gaussian start long enough for the Kuczynski-Wozniakowski bound with relative "
             f"eps {CERTIFY_EPS:g} on the squared norm, each estimate failing with probability <= {DELTA:g} over the "
             "start. A point certified here is robust with probability >= 1 - p, where p (a union bound over the "
