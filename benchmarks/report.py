@@ -96,7 +96,7 @@ def peak_mb(scale: str, job: str, threads: int) -> float:
         return float("nan")
 
 
-def machine() -> str:
+def machine(counts=None) -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -104,7 +104,8 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__} with {torch.get_num_threads()} "
+    threads = "/".join(map(str, counts)) if counts else str(torch.get_num_threads())
+    return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__} with {threads} "
             f"threads, load average {load:.1f} at start")
 
 
@@ -323,7 +324,7 @@ def main(argv=None):
         fn = jobs(a.mem_job[0])[a.mem_job[1]]
         print(peak_rss_mb(fn)[1])
         return
-    print(f"Machine: {machine()}\n")
+    print(f"Machine: {machine(counts if len(counts) > 1 else None)}\n")
     sizes = lambda default: ["tiny"] if a.quick else (a.sizes or default).split(",")
     timed = {"kernels": lambda: kernels_report(sizes("small,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report,
