@@ -165,46 +165,47 @@ def test_floor_report_runs():
     assert int(cells[2]) >= 1 and float(cells[5]) >= 1  # our products, ARPACK's products
 
 
-def test_report_threads_apply_to_torch_and_blas(capsys, monkeypatch):
+@pytest.fixture
+def report_threads():
+    """benchmarks.report with torch's thread count and the BLAS pools given back after the test."""
+    import benchmarks.report as R
+
+    before = torch.get_num_threads()
+    yield R
+    torch.set_num_threads(before)
+    R.restore_threads()
+
+
+def test_report_threads_apply_to_torch_and_blas(capsys, monkeypatch, report_threads):
     """`--threads 1,2`: one table per count in the same run, and during each pass torch's AND numpy's BLAS thread
     counts are that count (ARPACK runs on numpy: an unset BLAS pool would give it another count than ours); the BLAS
     pools get their original counts back afterwards."""
     from threadpoolctl import threadpool_info
 
-    import benchmarks.report as R
-
+    R = report_threads
     blas = lambda: sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
-    seen, original, before = [], blas(), torch.get_num_threads()
+    seen, original = [], blas()
     monkeypatch.setattr(R, "floor_report", lambda sizes, repeats: seen.append((torch.get_num_threads(), blas()))
                         or "| row |")
-    try:
-        R.main(["--part", "floor", "--quick", "--repeats", "1", "--threads", "1,2"])
-        out = capsys.readouterr().out
-        assert "### 1 thread (torch and BLAS)" in out and "### 2 threads (torch and BLAS)" in out
-        assert seen == [(1, [1]), (2, [2])]
-        for bad in (["--part", "analyze", "--threads", "1,2"], ["--threads", "0"], ["--threads", "2,2"],
-                    ["--threads", "x"]):
-            with pytest.raises(SystemExit):
-                R.main(bad)
-    finally:
-        torch.set_num_threads(before)
-        R.restore_threads()
+    R.main(["--part", "floor", "--quick", "--repeats", "1", "--threads", "1,2"])
+    out = capsys.readouterr().out
+    assert "### 1 thread (torch and BLAS)" in out and "### 2 threads (torch and BLAS)" in out
+    assert seen == [(1, [1]), (2, [2])]
+    for bad in (["--part", "analyze", "--threads", "1,2"], ["--threads", "0"], ["--threads", "2,2"],
+                ["--threads", "x"]):
+        with pytest.raises(SystemExit):
+            R.main(bad)
+    R.restore_threads()
     assert blas() == original
 
 
-def test_best_of_report_pairs_each_side_at_its_own_best_count(capsys):
+def test_best_of_report_pairs_each_side_at_its_own_best_count(capsys, report_threads):
     """The fair ratio: ours and ARPACK each at the thread count where they were fastest, from the same run."""
-    import benchmarks.report as R
-
+    R = report_threads
     row = lambda o, a: dict(size="n=6 d=8 h=2", quantity="zeta", ours=o, arpack=a, dense=float("nan"), rel=0.0,
                             ref="dense")
     table = R.best_of_report({1: [row(4.0, 1.0)], 2: [row(2.0, 6.0)]})
     assert "| n=6 d=8 h=2 | zeta | 2 at 2 | 1 at 1 | 0.5x |" in table
-    before = torch.get_num_threads()
-    try:
-        R.main(["--part", "kernels", "--quick", "--repeats", "1", "--threads", "1,2"])
-        out = capsys.readouterr().out
-        assert "### Each side at its best thread count" in out and out.count("| n=6 d=8 h=2 | zeta |") == 3
-    finally:
-        torch.set_num_threads(before)
-        R.restore_threads()
+    R.main(["--part", "kernels", "--quick", "--repeats", "1", "--threads", "1,2"])
+    out = capsys.readouterr().out
+    assert "### Each side at its best thread count" in out and out.count("| n=6 d=8 h=2 | zeta |") == 3

@@ -176,9 +176,8 @@ def _kernels_line(r) -> str:
             f"{r['arpack'] / r['ours']:.1f}x | {r['rel']:.1e} ({r['ref']}) |")
 
 
-def kernels_report(sizes, repeats: int, rows=None) -> str:
-    """The issue 13 table (see module docstring); `rows`: kernels_rows already measured."""
-    rows = kernels_rows(sizes, repeats) if rows is None else rows
+def kernels_report(rows) -> str:
+    """The issue 13 table (see module docstring) of kernels_rows' measurements."""
     return "\n".join(["| size | quantity | ours (s) | ARPACK (s) | dense (s) | ARPACK / ours | rel. diff ours vs ref |",
                       "|---|---|---|---|---|---|---|"] + [_kernels_line(r) for r in rows])
 
@@ -326,7 +325,7 @@ def main(argv=None):
         return
     print(f"Machine: {machine(counts if len(counts) > 1 else None)}\n")
     sizes = lambda default: ["tiny"] if a.quick else (a.sizes or default).split(",")
-    timed = {"kernels": lambda: kernels_report(sizes("small,mid,vitb,big"), a.repeats),
+    timed = {"kernels": lambda: kernels_rows(sizes("small,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report,
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.part in timed:
@@ -336,11 +335,10 @@ def main(argv=None):
             set_threads(c)
             if len(counts) > 1:
                 print(f"### {c} thread{'s' if c > 1 else ''} (torch and BLAS)\n")
-            if a.part == "kernels":
-                by_count[c] = kernels_rows(sizes("small,mid,vitb,big"), a.repeats)
-                print(kernels_report(None, a.repeats, by_count[c]) + "\n")
-            else:
-                print(timed[a.part]() + "\n")
+            out = timed[a.part]()
+            if a.part == "kernels":  # rows, kept for the best-of table
+                by_count[c], out = out, kernels_report(out)
+            print(out + "\n")
         if len(by_count) > 1:
             print("### Each side at its best thread count\n\n" + best_of_report(by_count) + "\n")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
