@@ -6,15 +6,18 @@ from pathlib import Path
 
 import numpy as np
 
-BOUNDS = ("naive", "coarse", "fine", "sharp")  # harness.models.certify.BOUNDS, in table order
+from harness.models.certify import BOUNDS  # noqa: E402 - the certificates' bounds, in table order
+
 BOUND_LABELS = {"naive": "eq. 9 naive (paper)", "coarse": "Thm 1, xi (paper)", "fine": "Thm 1, exact ||M|| (ours)",
-                "sharp": "exact ||M||, softmax 1/2 (ours)"}
+                "sharp": "exact ||M||, softmax 1/2 (ours)", "refined": "exact ||M||, per-ball softmax c(eps) (ours)"}
 BOUND_STYLE = {"naive": dict(color="#999999", linestyle=":"), "coarse": dict(color="#0072B2", linestyle="--"),
                "fine": dict(color="#0072B2", linestyle="-"), "sharp": dict(color="#56B4E9", linestyle="-"),
+               "refined": dict(color="#D55E00", linestyle="-"),
                "pgd": dict(color="#555555", linestyle="-", marker="x"),
                "pgd_plain": dict(color="#AAAAAA", linestyle="-", marker=".")}
 # table column of each plotted series
 COLUMN = {"naive": "bound_naive", "coarse": "bound_coarse", "fine": "bound_fine", "sharp": "bound_sharp",
+          "refined": "bound_refined",
           "pgd": "pgd", "pgd_plain": "pgd_plain"}
 
 
@@ -52,7 +55,7 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
             + CONFIG_NOTE)
 
     def draw_curves(ax, k, t):
-        for b in BOUNDS:
+        for b in (b for b in BOUNDS if (t.bound == b).any()):
             s = t[t.bound == b].sort_values("eps")
             ax.plot(s.eps, s.certified_acc, label=f"certified, {BOUND_LABELS[b]}", **BOUND_STYLE[b])
         s = t[t.bound == "fine"].sort_values("eps")
@@ -64,7 +67,7 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
         plotting.caption(ax, _config_title(t))
 
     def draw_radius(ax, k, t):
-        for b in BOUNDS:
+        for b in (b for b in BOUNDS if (t.bound == b).any()):
             r = np.sort(t[t.bound == b].radius.to_numpy())
             ax.plot(r, 1 - np.arange(len(r)) / max(len(r), 1), label=f"certified, {BOUND_LABELS[b]}",
                     **BOUND_STYLE[b])
@@ -83,25 +86,37 @@ def certified_summary(table, eps_ref: float) -> str:
     table = table.assign(config=config_label(table))
     curves = table[table.kind == "curve"]
     rad = table[table.kind == "radius"]
-    lines = [f"| config | clean acc (full test) | certified acc at eps={eps_ref:g}: naive / coarse / fine / sharp | "
-             f"PGD acc at eps={eps_ref:g} | median radius coarse / fine / sharp | largest grid eps with cert > 0 (sharp) | "
+    shown = [b for b in BOUNDS if (curves.bound == b).any()]  # tables made before "refined" existed lack it
+    radii = [b for b in shown if b != "naive"]
+    lines = [f"| config | clean acc (full test) | certified acc at eps={eps_ref:g}: {' / '.join(shown)} | "
+             f"PGD acc at eps={eps_ref:g} | median radius {' / '.join(radii)} | largest grid eps with cert > 0 (sharp) | "
              "mean ||M||/xi | violations |", "|---|---|---|---|---|---|---|---|"]
     for cfgname in sorted(curves.config.unique()):
         t = curves[curves.config == cfgname]
         sel = lambda b: t[(t.bound == b) & np.isclose(t.eps, eps_ref)]  # noqa: E731
         r = rad[rad.config == cfgname]
-        med = {b: float(r[r.bound == b].radius.median()) for b in BOUNDS}
+        med = {b: float(r[r.bound == b].radius.median()) for b in radii}
         f = t[(t.bound == "sharp") & (t.certified_acc > 0)]
-        cert = [sel(b).certified_acc for b in BOUNDS]
+        cert = [sel(b).certified_acc for b in shown]
         pgd = sel("fine").pgd_acc
         fmt = lambda c: f"{float(c.iloc[0]):.3f}" if len(c) else "-"  # noqa: E731
         lines.append(f"| {cfgname} | {t.clean_acc.iloc[0]:.3f} ({t.test_acc_full.iloc[0]:.3f}) | "
                      + " / ".join(fmt(c) for c in cert) + f" | {fmt(pgd)} | "
-                     f"{med['coarse']:.3f} / {med['fine']:.3f} / {med['sharp']:.3f} | "
+                     + " / ".join(f"{med[b]:.3f}" for b in radii) + " | "
                      f"{f.eps.max() if len(f) else 0:.2f} | {t.m_over_xi_mean.iloc[0]:.3f} | {int(t.violations.sum())} |")
     lines += ["", f"Certificates computed in {table.certificate_dtype.iloc[0]} whatever --dtype says (soundness); "
               "clean margins and PGD in the run's dtype.", "", guarantee_line(curves)]
+    if "refined" in radii:
+        lines += ["", refined_gain_line(rad)]
     return "\n".join(lines)
+
+
+def refined_gain_line(rad) -> str:
+    """Median certified radius of the per-ball softmax constant against c = 1/2 ("sharp"), over every config."""
+    med = {b: float(rad[rad.bound == b].radius.median()) for b in ("sharp", "refined")}
+    gain = med["refined"] / med["sharp"] - 1 if med["sharp"] > 0 else float("nan")
+    return (f"Per-ball softmax constant (refined, docs/math.md §1): median certified radius {med['refined']:.3f} "
+            f"against {med['sharp']:.3f} with c = 1/2 (sharp), {gain:+.1%}; same estimates, same guarantee as sharp.")
 
 
 def guarantee_line(curves) -> str:
@@ -114,7 +129,8 @@ def guarantee_line(curves) -> str:
 
     g = {b: float(curves[curves.bound == b].guarantee.max()) for b in BOUNDS if (curves.bound == b).any()}
     parts = [f"{b} {'0 (deterministic)' if v == 0 else f'{v:.1e}'}" for b, v in g.items()]
-    return ("Guarantee: certificates use certified upper estimates of zeta (coarse, fine, sharp) and of ||M_l|| (fine, sharp): "
+    return ("Guarantee: certificates use certified upper estimates of zeta (coarse, fine, sharp, refined) and of "
+            "||M_l|| (fine, sharp, refined): "
             "Lanczos from a seeded Gaussian start long enough for the Kuczynski-Wozniakowski bound with relative "
             f"eps {CERTIFY_EPS:g} on the squared norm, each estimate failing with probability <= {DELTA:g} over the "
             "start. A point certified here is robust with probability >= 1 - p, where p (a union bound over the "
@@ -176,9 +192,10 @@ def patch_verdict(table, eps_ref: float) -> str:
 
 def input_norm_ratios(table):
     """Mean bound / pgd per (source, input_scale, eps > 0): columns ratio_<bound>."""
-    cols = [COLUMN[v] for v in BOUNDS]
+    shown = [v for v in BOUNDS if COLUMN[v] in table]  # tables made before "refined" existed lack it
+    cols = [COLUMN[v] for v in shown]
     g = table[table.eps > 0].groupby(["source", "input_scale", "eps"])[cols + ["pgd"]].mean()
-    for v, c in zip(BOUNDS, cols):
+    for v, c in zip(shown, cols):
         g[f"ratio_{v}"] = g[c] / g["pgd"]
     return g.reset_index()
 
@@ -197,7 +214,7 @@ def plot_input_norm(table, outdir: Path):
 
     def draw_ratio(ax, k, t):
         t = t.sort_values("input_scale")
-        for v in BOUNDS:
+        for v in (v for v in BOUNDS if f"ratio_{v}" in t):
             ax.plot(t.input_scale, t[f"ratio_{v}"], marker="o", label=BOUND_LABELS[v], **BOUND_STYLE[v])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

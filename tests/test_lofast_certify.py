@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.bounds import lofast
+from harness.bounds import lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
 from harness.models.certify import BOUNDS, certify, layer_delta, layer_terms, margins, pgd_attack
@@ -27,11 +27,12 @@ def test_layer_delta_equals_lofast_delta(residual):
     ref = {"fine": lofast.delta(Z, w, e, residual=residual),
            "coarse": lofast.delta(Z, w, e, residual=residual, fine=False),
            "sharp": lofast.delta(Z, w, e, residual=residual, softmax_lip=0.5),
-           "naive": lofast.naive_delta1(Z, w, e, residual=residual) + lofast.delta2(Z, w, e, fine=False)}
+           "naive": lofast.naive_delta1(Z, w, e, residual=residual) + lofast.delta2(Z, w, e, fine=False),
+           "refined": lofast_refined.delta(Z, w, e, residual=residual)}
     for b in BOUNDS:
         assert torch.allclose(layer_delta(t, e, b), ref[b], rtol=1e-8, atol=1e-12), b
-    # ordering: sharp <= fine <= coarse <= naive (||M|| <= xi, c = 1/2 <= 1, zeta <= eq. 9)
-    v = [layer_delta(t, e, b) for b in ("sharp", "fine", "coarse", "naive")]
+    # ordering: refined <= sharp <= fine <= coarse <= naive (||M|| <= xi, c = 1/2 <= 1, zeta <= eq. 9)
+    v = [layer_delta(t, e, b) for b in ("refined", "sharp", "fine", "coarse", "naive")]
     for a, b in zip(v, v[1:]):
         assert (a <= b + 1e-12).all()
     with pytest.raises(ValueError, match="unknown bound"):
@@ -48,6 +49,7 @@ def test_layer_delta_above_pgd_sensitivity():
         lower = lofast.pgd_sensitivity(Z, w, eps, residual=True, steps=30, restarts=2)
         e = torch.full((2,), eps, dtype=DT)
         assert (layer_delta(t, e, "sharp") >= lower - 1e-10).all()
+        assert (layer_delta(t, e, "refined") >= lower - 1e-10).all()
 
 
 def test_margins():
@@ -89,6 +91,7 @@ def test_certified_points_survive_pgd_and_radius_is_consistent(trained):
     cert = certify(m, X, y)
     assert 0.5 < cert.correct.float().mean() < 1
     radii = {b: cert.radius(b) for b in BOUNDS}
+    assert (radii["refined"] >= radii["sharp"] - 1e-12).all()
     assert (radii["sharp"] >= radii["fine"] - 1e-12).all() and (radii["fine"] >= radii["coarse"] - 1e-12).all()
     assert (radii["coarse"] >= radii["naive"] - 1e-12).all()
     r = radii["fine"]
@@ -98,7 +101,7 @@ def test_certified_points_survive_pgd_and_radius_is_consistent(trained):
     assert not cert.certified(r * (1 + 1e-6) + 1e-12, "fine").any()
     prev = None
     for eps in (0.0, float(r[pos].min()) / 2, float(r.median()), float(r.max()) * 0.9):
-        ok = cert.certified(eps, "sharp")
+        ok = cert.certified(eps, "refined")
         attack = pgd_attack(m, X, y, eps, steps=10, restarts=2) if eps > 0 else -cert.margin
         robust = cert.correct & (attack < 0)
         assert not (ok & ~robust).any(), f"a certified point was broken at eps={eps}"
@@ -128,7 +131,8 @@ def test_text_model_certificate_sound():
     assert cert.L_in == 0.5
     for eps in (0.2, 1.0):
         lower = pgd_maximize(lambda v: (m(v) - F0).norm(dim=-1), E, eps, steps=10, restarts=2, batch_dims=1).value
-        assert (cert.output_bound(torch.full((4,), eps, dtype=DT), "sharp") >= lower - 1e-10).all()
+        for b in ("sharp", "refined"):
+            assert (cert.output_bound(torch.full((4,), eps, dtype=DT), b) >= lower - 1e-10).all()
 
 
 def test_certificates_use_certified_upper_estimates(trained):
@@ -139,7 +143,7 @@ def test_certificates_use_certified_upper_estimates(trained):
         assert (t.zeta_up >= t.zeta).all() and (t.m_up >= t.m).all() and (t.m_up <= t.xi * (1 + 1e-9)).all()
         assert (t.zeta_up <= t.naive1 * (1 + 1e-9)).all()
     assert 0 < cert.guarantee < 1e-6
-    for b in ("fine", "sharp", "coarse"):
+    for b in ("fine", "sharp", "refined", "coarse"):
         r_cert, r_ritz = cert.radius(b), cert.radius(b, certified=False)
         assert (r_cert <= r_ritz + 1e-12).all() and (r_cert >= 0.9 * r_ritz).all(), b
 
@@ -152,7 +156,7 @@ def test_guarantee_per_bound_counts_the_estimates_it_uses(trained):
     assert L == 2 and h == 2
     assert cert.guarantee_of("naive") == 0.0
     assert cert.guarantee_of("coarse") == pytest.approx(L * lofast.DELTA)
-    for b in ("fine", "sharp"):
+    for b in ("fine", "sharp", "refined"):
         assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.DELTA) == pytest.approx(cert.guarantee)
     with pytest.raises(ValueError, match="unknown bound"):
         cert.guarantee_of("tight")

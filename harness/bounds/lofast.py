@@ -272,6 +272,15 @@ def delta2(X: Tensor, w: AttentionWeights, eps: Eps, fine: bool = True, softmax_
 
 
 # ---- Theorem 1 and its eps -> 0 limit --------------------------------------------------------------------
+def theorem1(d1: Tensor, m: Tensor, b: Tensor, xvo: Tensor, vo: Tensor, dh: int, eps: Tensor,
+             c: Union[float, Tensor] = 1.0) -> Tensor:
+    """Theorem 1's polynomial in eps, written once: d1 eps + sum_l c_l eps/sqrt(dh) (m_l + ||B_l|| eps)
+    (||X VO_l|| + ||VO_l|| eps). d1: (...,) the Delta_1 coefficient (zeta, or eq. 9's for the naive bound);
+    m, xvo: (..., h); b, vo: (h,); eps: () or (...,); c: the softmax constant, a number or (..., h)."""
+    e = _head_eps(eps)
+    return d1 * eps + (c * e / math.sqrt(dh) * (m + b * e) * (xvo + vo * e)).sum(-1)
+
+
 def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, fine: bool = True,
           softmax_lip: float = 1.0, *, causal: bool = False, return_info: bool = False, **power):
     """Theorem 1: ||F(X') - F(X)||_F <= delta(X, eps) for ||X' - X||_F <= eps: (..., n, d) -> (...,).
@@ -281,10 +290,14 @@ def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, fine:
     """
     w = prepare(X, w)
     e = check_eps(eps, X)
+    c = check_softmax_lip(softmax_lip)
     z, zi = zeta(X, w, residual, causal=causal, return_info=True, **power)
-    d2, mi = delta2(X, w, e, fine, softmax_lip, return_info=True, **power)
-    info = LofastInfo(zi.converged & mi.converged, zeta=zi.zeta, m=mi.m)
-    return _out(z * e + d2, info, return_info)
+    if fine:
+        m, mi = m_norms(X, w, return_info=True, **power)
+    else:
+        m, mi = xi(X, w), LofastInfo(torch.ones_like(zi.converged))
+    val = theorem1(z, m, w.B_norm(), _value_norm(X, w), w.VO_norm(), w.dh, e, c)
+    return _out(val, LofastInfo(zi.converged & mi.converged, zeta=zi.zeta, m=mi.m), return_info)
 
 
 def lipschitz_upper(X: Tensor, w: AttentionWeights, residual: bool = True, fine: bool = True,

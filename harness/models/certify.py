@@ -10,7 +10,8 @@ For a stem input u (image or word embeddings) and ||u' - u|| <= eps:
 
 Bounds (`BOUNDS`): "naive" = eq. 9 for Delta_1 + the coarse Delta_2 (the paper's eq. 23 with eq. 9);
 "coarse" = Theorem 1 with xi_l (the paper's practical choice); "fine" = Theorem 1 with the exact ||M_l||
-(beyond the paper at this size); "sharp" = fine with the softmax constant 1/2 (JaSMin Cor. 1).
+(beyond the paper at this size); "sharp" = fine with the softmax constant 1/2 (JaSMin Cor. 1); "refined" = fine
+with the per-ball softmax constant c_l(eps) <= 1/2 of harness.bounds.lofast_refined (docs/math.md §1).
 The per-layer terms are computed once per input with harness.bounds.lofast (zeta, m_norms, xi,
 naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `layer_delta` equals
 harness.bounds.lofast.delta (tested). Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
@@ -26,14 +27,15 @@ from typing import Dict, List, Optional
 
 import torch
 
-from harness.bounds import lofast
+from harness.bounds import lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
 from harness.models.lipvit import LipTransformer, block_inputs
 
 Tensor = torch.Tensor
 
-BOUNDS = ("naive", "coarse", "fine", "sharp")
+BOUNDS = ("naive", "coarse", "fine", "sharp", "refined")
+NEEDS_M = ("fine", "sharp", "refined")  # the bounds that use the exact ||M_l||
 
 
 @dataclass
@@ -52,6 +54,7 @@ class LayerTerms:
     zeta_up: Optional[Tensor] = None  # (B,) certified upper estimate of zeta (probability >= 1 - delta)
     m_up: Optional[Tensor] = None  # (B, h) certified upper estimate of ||M_l||
     delta: float = 0.0  # failure probability of each certified estimate (over the seeded Lanczos start)
+    rows: Optional[lofast_refined.RowTerms] = None  # per-row softmax terms of the "refined" bound
 
 
 CERTIFY_EPS = 1e-2  # KW relative eps on the squared norms: the upper estimates are <= 1/sqrt(0.99) x the Ritz values
@@ -79,7 +82,8 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
     return LayerTerms(
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
         b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
-        vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, delta=zi.zeta.delta)
+        vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, delta=zi.zeta.delta,
+        rows=lofast_refined.row_terms(Z, w) if fine else None)
 
 
 def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False) -> Tensor:
@@ -90,17 +94,17 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
     """
     if bound not in BOUNDS:
         raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
-    if bound in ("fine", "sharp") and t.m is None:
+    if bound in NEEDS_M and (t.m is None or (bound == "refined" and t.rows is None)):
         raise ValueError(f"bound {bound!r} needs the exact ||M_l||: compute layer_terms with fine=True")
-    if certified and (t.zeta_up is None or (bound in ("fine", "sharp") and t.m_up is None)):
+    if certified and (t.zeta_up is None or (bound in NEEDS_M and t.m_up is None)):
         raise ValueError("certified=True needs the certified upper estimates (LayerTerms from layer_terms)")
     fine_m = t.m_up if certified else t.m
-    m = fine_m if bound in ("fine", "sharp") else t.xi  # (B, h)
-    c = 0.5 if bound == "sharp" else 1.0
-    e = eps.unsqueeze(-1)  # (B, 1)
-    d2 = (c * e / math.sqrt(t.dh) * (m + t.b * e) * (t.xvo + t.vo * e)).sum(-1)  # (B,)
-    d1 = (t.naive1 if bound == "naive" else (t.zeta_up if certified else t.zeta)) * eps
-    return d1 + d2
+    m = fine_m if bound in NEEDS_M else t.xi  # (B, h)
+    c = {"sharp": 0.5, "refined": None}.get(bound, 1.0)
+    if c is None:
+        c = lofast_refined.softmax_constant(t.rows, eps)  # (B, h)
+    d1 = t.naive1 if bound == "naive" else (t.zeta_up if certified else t.zeta)  # (B,)
+    return lofast.theorem1(d1, m, t.b, t.xvo, t.vo, t.dh, eps, c)
 
 
 @dataclass
@@ -126,7 +130,7 @@ class Certificate:
     def guarantee_of(self, bound: str) -> float:
         """Failure probability of `bound`'s certificates per input, the union bound over the certified estimates
         it uses: none for "naive" (eq. 9 and the coarse Delta_2 are deterministic), zeta of every layer for
-        "coarse" (xi is deterministic), zeta and every ||M_l|| for "fine" / "sharp" (= `guarantee`)."""
+        "coarse" (xi is deterministic), zeta and every ||M_l|| for "fine" / "sharp" / "refined" (= `guarantee`)."""
         if bound not in BOUNDS:
             raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
         if bound == "naive":

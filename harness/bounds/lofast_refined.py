@@ -1,0 +1,101 @@
+"""A per-ball softmax constant for LoFAST's Theorem 1 (docs/math.md §1, "Refined softmax constant").
+
+Theorem 1 bounds the change of each attention row by c ||s_i' - s_i|| with one global constant c (1 in the
+paper, 1/2 by JaSMin Cor. 1). Over the eps-ball a smaller constant holds per row:
+
+    ||J_sm(p)|| <= max_k p_k                 (J_sm = diag(p) - p p^T is PSD and below diag(p))
+    p_k(s + t D) <= p_k(s) exp(t <e_k - p(s), D>)  for t in [0, 1]   (log-sum-exp is convex)
+               <= p_k(s) exp(rho_i ||e_k - p(s)||)                   for ||D|| <= rho_i
+
+so along the segment from s_i to s_i' the row's Jacobian norm stays below
+
+    c_i(eps) = min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||))),
+    rho_i(eps) = eps (||wq K^T|| + ||q_i wk^T|| + eps ||wq wk^T||) / sqrt(dh)   (the row's score change)
+
+and ||P_l(X') - P_l(X)||_F <= max_i c_i(eps) ||S_l' - S_l||_F. The head's constant c_l(eps) = max_i c_i(eps)
+replaces c in Theorem 1 (it grows with eps, so the certified radius can still be found by bisection). Everything
+is computed in log space: log p_ik + rho_i ||e_k - p_i|| never overflows, and a near-one-hot row keeps its
+top probability (c = 1/2) instead of rounding to a product 0 * inf. At eps -> 0 the constant is
+min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipschitz_upper`).
+
+    row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
+    softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
+    delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+from harness.bounds import lofast
+from harness.bounds.lofast_ops import check_eps, prepare, query_key
+from harness.kernels.attention import AttentionWeights, causal_mask
+from harness.kernels.linalg import spec
+
+Tensor = torch.Tensor
+Eps = Union[float, Tensor]
+
+
+@dataclass
+class RowTerms:
+    """What c_l(eps) needs at one input: log-probabilities, distances ||e_k - p_i||, score-change factors."""
+
+    logp: Tensor  # (..., h, n, n) log P_l (-inf where masked)
+    dist: Tensor  # (..., h, n, n) ||e_k - p_i|| (0 where masked: p_k = 0 there anyway)
+    key_side: Tensor  # (..., h) ||wq_l K_l^T||: a query's change moves its scores by at most this x ||dx_i||
+    query_side: Tensor  # (..., h, n) ||q_i wk_l^T||: the keys' change moves row i by at most this x ||dX||_F
+    b: Tensor  # (h,) ||wq_l wk_l^T|| (unscaled B_l)
+    dh: int
+
+
+def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
+    """The ingredients of c_l(eps) at X (..., n, d), biases included: scores are s_i = q_i K^T / sqrt(dh)."""
+    w = prepare(X, w)
+    Q, K = query_key(X, w)  # (..., h, n, dh), biases included
+    S = Q @ K.transpose(-1, -2) / math.sqrt(w.dh)  # (..., h, n, n)
+    if causal:
+        S = S.masked_fill(causal_mask(X.shape[-2], X.device), float("-inf"))
+    logp = torch.log_softmax(S, dim=-1)  # (..., h, n, n)
+    p = logp.exp()
+    # ||e_k - p||^2 = (1 - p_k)^2 + sum_{j != k} p_j^2: two non-negative terms, no cancellation
+    one_minus = -torch.expm1(logp)  # 1 - p_k, accurate when p_k is near 1
+    others_sq = (p.square().sum(-1, keepdim=True) - p.square()).clamp_min(0.0)
+    dist = torch.sqrt(one_minus.square() + others_sq)
+    key_side = spec(w.wq @ K.transpose(-1, -2))  # (..., h): ||wq_l K_l^T||, (d, dh) @ (dh, n)
+    query_side = (Q @ w.wk.transpose(-1, -2)).norm(dim=-1)  # (..., h, n): ||q_i wk_l^T||
+    return RowTerms(logp, dist, key_side, query_side, w.B_norm(), w.dh)
+
+
+def softmax_constant(t: RowTerms, eps: Eps) -> Tensor:
+    """c_l(eps) = max_i min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||))): (..., h) for eps scalar or (...,)."""
+    e = torch.as_tensor(eps, dtype=t.logp.dtype, device=t.logp.device)
+    if bool((e < 0).any()) or not bool(torch.isfinite(e).all()):
+        raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
+    e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
+    rho = e * (t.key_side.unsqueeze(-1) + t.query_side + e * t.b[:, None]) / math.sqrt(t.dh)  # (..., h, n)
+    log_top = (t.logp + rho.unsqueeze(-1) * t.dist).amax(-1)  # (..., h, n): log of the bound on max_k p_k
+    c_row = torch.exp(log_top.clamp(max=math.log(0.5)))  # min(1/2, .) in log space, then exp <= 1/2
+    return c_row.amax(-1)  # (..., h)
+
+
+def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causal: bool = False, **power) -> Tensor:
+    """Theorem 1 with the per-ball constant c_l(eps) and the exact ||M_l||: ||F(X') - F(X)||_F for
+    ||X' - X||_F <= eps, (..., n, d) -> (...,). Never larger than lofast.delta(..., softmax_lip=0.5)."""
+    w = prepare(X, w)
+    e = check_eps(eps, X)
+    c = softmax_constant(row_terms(X, w, causal), e)
+    z = lofast.zeta(X, w, residual, causal=causal, **power)
+    m = lofast.m_norms(X, w, **power)
+    return lofast.theorem1(z, m, w.B_norm(), lofast.delta22(X, w, 0.0), w.VO_norm(), w.dh, e, c)
+
+
+def lipschitz_upper(X: Tensor, w: AttentionWeights, residual: bool = True, causal: bool = False, **power) -> Tensor:
+    """lim_{eps->0} delta/eps = zeta + sum_l c_l(0)/sqrt(dh) ||M_l|| ||X VO_l|| >= ||J_F(X)||: (...,)."""
+    w = prepare(X, w)
+    c = softmax_constant(row_terms(X, w, causal), 0.0)
+    z = lofast.zeta(X, w, residual, causal=causal, **power)
+    m = lofast.m_norms(X, w, **power)
+    return z + (c / math.sqrt(w.dh) * m * lofast.delta22(X, w, 0.0)).sum(-1)
