@@ -1,16 +1,18 @@
-"""The `attnlip` command: `attnlip analyze ...` (any model and input, every bound + the truth) and
-`attnlip run ...` (the experiment harness, same as `python run_all.py ...`)."""
+"""The `attnlip` command: `attnlip analyze ...` (any model and input, every bound + the truth),
+`attnlip run ...` (the experiment harness, same as `python run_all.py ...`) and `attnlip data ...` (datasets)."""
 from __future__ import annotations
 
 import sys
 from typing import List, Optional
 
-USAGE = """usage: attnlip {analyze,run} ...
+USAGE = """usage: attnlip {analyze,run,data} ...
 
   attnlip analyze --model minilm --text "The cat sat on the mat."   every bound and the truth, per layer/head
   attnlip run --quick                                              the experiments (= python run_all.py)
+  attnlip data fetch                                               download the datasets the default run reads
+  attnlip data list                                                each dataset, its sources, what resolves now
 
-`attnlip analyze --help` and `attnlip run --help` list the options."""
+`attnlip analyze --help`, `attnlip run --help` and `attnlip data --help` list the options."""
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -19,7 +21,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    from harness import config
+
+    config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
     if cmd == "analyze":
+        config.init_threads()
         from harness.analyze.cli import main as analyze_main
 
         return analyze_main(rest)
@@ -27,6 +33,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from harness.cli import main as run_main
 
         return run_main(rest)
+    if cmd == "data":
+        from harness.data.cli import main as data_main
+
+        return data_main(rest)
     print(f"attnlip: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -1,5 +1,5 @@
-"""Shared pytest fixtures: `shared_data` (../shared/data or $ATTNLIP_DATA, skip if absent); 1 torch thread;
-headless matplotlib; offline Hugging Face."""
+"""Shared pytest fixtures: `shared_data` (the data mirror $ATTNLIP_DATA, skip when unset); 1 torch thread;
+headless matplotlib; offline Hugging Face and NLTK (no test downloads)."""
 from __future__ import annotations
 
 import os
@@ -8,24 +8,26 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "ATTNLIP_OFFLINE"):
     os.environ.setdefault(_k, "1")
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def shared_data_dir() -> Path:
-    """$ATTNLIP_DATA if set, else ../shared/data next to the repository."""
+def shared_data_dir() -> Path | None:
+    """The data mirror $ATTNLIP_DATA, or None when it is unset."""
     env = os.environ.get("ATTNLIP_DATA")
-    return Path(env) if env else REPO.parent / "shared" / "data"
+    return Path(env) if env else None
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """Path to the shared offline data folder; skips the test (with the reason) when it is absent."""
+    """Path to the data mirror ($ATTNLIP_DATA, layout in `attnlip data list`); skips the test (with the reason)
+    when it is unset or absent."""
     p = shared_data_dir()
-    if not p.is_dir():
-        pytest.skip(f"shared data not found at {p} (set ATTNLIP_DATA to the folder from ../shared/data)")
+    if p is None or not p.is_dir():
+        pytest.skip("needs the data mirror: set ATTNLIP_DATA to a folder laid out as `attnlip data list` shows"
+                    + (f" ({p} is not a folder)" if p is not None else ""))
     os.environ.setdefault("ATTNLIP_DATA", str(p))
     os.environ.setdefault("NLTK_DATA", str(p / "nltk_data"))
     return p

@@ -6,8 +6,9 @@ from harness.data import paths, text
 
 
 def needs_shared(*parts):
+    """Skip unless the data mirror $ATTNLIP_DATA holds <parts> (these tests check the real corpora's sizes)."""
     if not paths.has_shared_data(*parts):
-        pytest.skip(f"shared data {'/'.join(parts)} absent (set ATTNLIP_DATA)")
+        pytest.skip(f"mirror file {'/'.join(parts)} absent (set ATTNLIP_DATA to the data mirror)")
 
 
 class WordTok:
@@ -137,7 +138,7 @@ def test_image_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="ATTNLIP_FASHION_MNIST"):
         load_images("fashion_mnist", root=tmp_path / "none")
     with pytest.raises(ValueError, match="unknown image dataset"):
-        load_images("svhn")
+        load_images("mnist")
     with pytest.raises(ValueError, match="split"):
         load_images("synthetic", split="val")
 

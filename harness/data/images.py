@@ -1,6 +1,10 @@
-"""Offline image datasets as float tensors in [0, 1]: Fashion-MNIST (idx .gz), sklearn digits, CIFAR-10 (pickle,
-read by a restricted unpickler that admits only numpy arrays and plain data), and the one synthetic learnable
-set for tests and test-scale runs. Decoded arrays are cached in memory only."""
+"""Image datasets as float tensors in [0, 1]: Fashion-MNIST, CIFAR-10, SVHN (cropped digits), sklearn digits, and
+the one synthetic learnable set for tests and test-scale runs. Decoded arrays are cached in memory only.
+
+Fashion-MNIST, CIFAR-10 and SVHN come from the source harness.data.resolve picks: an explicit `root`, the
+$ATTNLIP_DATA mirror, ATTNLIP_FASHION_MNIST / ATTNLIP_CIFAR10, Debian's dataset-fashion-mnist, or the Hugging Face
+hub through the `datasets` cache. Fashion-MNIST files are idx .gz; CIFAR-10 batches are python pickles, read by a
+restricted unpickler that admits only numpy arrays and plain data; hub copies are Arrow files of PNG images."""
 from __future__ import annotations
 
 import functools
@@ -13,9 +17,9 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from harness.data import paths
+from harness.data import hub, paths, resolve, sources
 
-DATASETS = ("fashion_mnist", "digits", "cifar10", "synthetic")
+DATASETS = ("fashion_mnist", "digits", "cifar10", "svhn", "synthetic")
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                    "Ankle boot")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -37,13 +41,35 @@ def _read_idx(path: Path) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
+def _hub_images(name: str, where: Path, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    """A hub copy's split as uint8 (N, C, H, W) and int64 labels; grayscale sets keep one channel."""
+    h = sources.get(name).hub
+    ds = hub.load_split(h, h.split(split), where)
+    mode = "L" if name == "fashion_mnist" else "RGB"
+    X = np.stack([np.asarray(im.convert(mode), dtype=np.uint8) for im in ds[h.image]])
+    X = X[:, None] if X.ndim == 3 else X.transpose(0, 3, 1, 2)
+    return X, np.asarray(ds[h.label], dtype=np.int64), hub.source(h, where)
+
+
 def _fashion(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
-    d = paths.fashion_mnist_dir(root)
+    if root is not None:
+        return _fashion_idx(str(paths.fashion_mnist_dir(root)), split)
+    r = resolve.require("fashion_mnist")
+    if r.kind == "hf":
+        return _hub_images("fashion_mnist", r.path, split)
+    d = r.path / "fashion-mnist" if r.kind == "mirror" else r.path
+    return _fashion_idx(str(d), split)
+
+
+@functools.lru_cache(maxsize=None)
+def _fashion_idx(folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    d = Path(folder)
     stem = "train" if split == "train" else "t10k"
     files = [d / f"{stem}-images-idx3-ubyte.gz", d / f"{stem}-labels-idx1-ubyte.gz"]
     for f in files:
         if not f.is_file():
-            raise paths.DataNotFound(f"missing Fashion-MNIST file {f} (pass root=... or set {paths.FASHION_ENV})")
+            raise paths.DataNotFound(f"missing Fashion-MNIST file {f} (pass root=..., set {paths.FASHION_ENV} to "
+                                     f"a folder holding the four idx .gz files, or unset it)", fix=paths.FIX_FASHION)
     X = _read_idx(files[0])[:, None]  # (N, 1, 28, 28) uint8
     y = _read_idx(files[1]).astype(np.int64)
     if len(X) != len(y):
@@ -83,9 +109,18 @@ def safe_pickle_load(fh):
     return _SafeUnpickler(fh, encoding="bytes").load()
 
 
-@functools.lru_cache(maxsize=None)
 def _cifar10(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
-    d = paths.cifar10_dir(root)
+    if root is not None:
+        return _cifar10_batches(str(paths.cifar10_dir(root)), split)
+    r = resolve.require("cifar10")
+    if r.kind == "hf":
+        return _hub_images("cifar10", r.path, split)
+    return _cifar10_batches(str(paths.cifar10_dir(r.path)), split)
+
+
+@functools.lru_cache(maxsize=None)
+def _cifar10_batches(folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    d = Path(folder)
     names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
     xs, ys = [], []
     for nm in names:
@@ -114,7 +149,7 @@ def _synthetic(split: str, size: int, channels: int, n_classes: int, n: int) -> 
 def load_images(name: str = "fashion_mnist", root: Optional[str | os.PathLike] = None, split: str = "train",
                 limit: Optional[int] = None, size: int = 28, channels: int = 1, n_classes: int = 10,
                 n_synthetic: Optional[int] = None):
-    """(X (N, C, H, W) float32 in [0, 1], y (N,) long, info) for fashion_mnist | digits | cifar10 | synthetic.
+    """(X (N, C, H, W) float32 in [0, 1], y (N,) long, info) for fashion_mnist | digits | cifar10 | svhn | synthetic.
 
     limit keeps the first `limit` examples (file order; digits/synthetic are already shuffled). size,
     channels, n_classes, n_synthetic only shape the synthetic set (default 1x28x28, 10 classes, 1000/200).
@@ -134,6 +169,9 @@ def load_images(name: str = "fashion_mnist", root: Optional[str | os.PathLike] =
     elif name == "cifar10":
         X, y, src = _cifar10(root_s, split)
         classes = CIFAR10_CLASSES
+    elif name == "svhn":
+        X, y, src = _hub_images("svhn", resolve.require("svhn").path, split)
+        classes = tuple(str(i) for i in range(10))
     elif name == "synthetic":
         n = n_synthetic or (1000 if split == "train" else 200)
         X, y, src = _synthetic(split, size, channels, n_classes, n)

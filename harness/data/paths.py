@@ -1,6 +1,8 @@
-"""Where offline data lives: ATTNLIP_DATA (else ../shared/data next to the repo), NLTK data, image folders.
+"""Where local data lives: the optional mirror folder $ATTNLIP_DATA, and explicit image folders.
 
-Every lookup fails with a FileNotFoundError that names the missing path and the environment variable to set.
+The mirror is one folder laid out as harness.data.sources.MIRROR_LAYOUT describes; it is optional (the libraries'
+own caches and downloads are the other sources, see harness.data.resolve). Every lookup that cannot succeed raises
+harness.errors.DataNotFound naming the missing path and the setting that provides it.
 """
 from __future__ import annotations
 
@@ -16,33 +18,43 @@ NLTK_ENV = "NLTK_DATA"
 FASHION_ENV = "ATTNLIP_FASHION_MNIST"
 CIFAR_ENV = "ATTNLIP_CIFAR10"
 DEFAULT_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-# `make data` (part of `make install`) unpacks Debian's dataset-fashion-mnist here, without root
+# `make data` unpacks Debian's dataset-fashion-mnist here, without root
 LOCAL_FASHION_MNIST = REPO_ROOT / ".data" / "fashion-mnist" / "usr" / "share" / "datasets" / "fashion-mnist"
-FIX_FASHION = "make data   (downloads Debian's dataset-fashion-mnist and unpacks it into .data/, no root needed)"
+FIX_FASHION = "attnlip data fetch fashion_mnist   (or `make data`, which also unpacks Debian's dataset-fashion-mnist)"
+
+
+def mirror_root() -> Optional[Path]:
+    """The mirror folder $ATTNLIP_DATA, or None when it is unset. A set value that is not a folder is an error."""
+    env = os.environ.get(DATA_ENV)
+    if not env:
+        return None
+    root = Path(env).expanduser()
+    if not root.is_dir():
+        raise DataNotFound(f"${DATA_ENV}={env} is not a folder; unset it or point it at a data mirror",
+                           fix=f"unset {DATA_ENV}")
+    return root
 
 
 def data_root() -> Path:
-    """The shared data folder: $ATTNLIP_DATA, else <repo>/../shared/data."""
-    env = os.environ.get(DATA_ENV)
-    root = Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "data"
-    if not root.is_dir():
-        how = f"${DATA_ENV}={env}" if env else f"default {root} (${DATA_ENV} is unset)"
-        raise DataNotFound(f"shared data folder not found: {how}; set {DATA_ENV} to the folder holding "
-                                f"sst2/, ag_news/, nltk_data/, gpt2_tokenizer/")
+    """The mirror folder $ATTNLIP_DATA, which must be set and exist."""
+    root = mirror_root()
+    if root is None:
+        raise DataNotFound(f"no data mirror: ${DATA_ENV} is unset (it is optional; `attnlip data fetch` fills the "
+                           f"libraries' own caches instead)", fix="attnlip data fetch")
     return root
 
 
 def data_path(*parts: str) -> Path:
-    """<data_root>/<parts...>, which must exist."""
+    """<mirror>/<parts...>, which must exist."""
     p = data_root().joinpath(*parts)
     if not p.exists():
-        raise DataNotFound(f"missing shared data file {p} (data root from ${DATA_ENV}; "
-                                f"see {data_root() / 'README.md'} for what belongs there)")
+        raise DataNotFound(f"missing mirror file {p} (mirror from ${DATA_ENV}); `attnlip data list` shows the "
+                           f"mirror layout", fix="attnlip data fetch")
     return p
 
 
 def has_shared_data(*parts: str) -> bool:
-    """True when data_path(*parts) would succeed (for skipping tests)."""
+    """True when the mirror is set and holds <parts...> (for skipping tests)."""
     try:
         data_path(*parts)
         return True
@@ -50,20 +62,26 @@ def has_shared_data(*parts: str) -> bool:
         return False
 
 
+def mirror_file(*parts: str) -> Optional[Path]:
+    """<mirror>/<parts...> when the mirror is set and holds it, else None."""
+    root = mirror_root()
+    if root is None:
+        return None
+    p = root.joinpath(*parts)
+    return p if p.exists() else None
+
+
 def nltk_data_dir() -> Path:
-    """NLTK's data folder: $NLTK_DATA if it exists, else <data_root>/nltk_data."""
+    """The first folder of $NLTK_DATA that exists, else <mirror>/nltk_data."""
     env = os.environ.get(NLTK_ENV)
     if env:
         for part in env.split(os.pathsep):
             if part and Path(part).is_dir():
                 return Path(part)
-    try:
-        p = data_root() / "nltk_data"
-    except FileNotFoundError as e:
-        raise DataNotFound(f"no NLTK data: ${NLTK_ENV}={env!r} is not a folder and {e}") from None
-    if not p.is_dir():
-        raise DataNotFound(f"no NLTK data folder: ${NLTK_ENV}={env!r} and {p} does not exist; "
-                                f"set {NLTK_ENV} or {DATA_ENV}")
+    p = mirror_file("nltk_data")
+    if p is None:
+        raise DataNotFound(f"no NLTK data folder: ${NLTK_ENV}={env!r} and no {DATA_ENV}/nltk_data",
+                           fix="attnlip data fetch")
     return p
 
 
@@ -83,20 +101,18 @@ def fashion_mnist_dir(root: Optional[str | os.PathLike] = None) -> Path:
 
 def cifar10_dir(root: Optional[str | os.PathLike] = None) -> Path:
     """Folder cifar-10-batches-py (python pickle format): root (or root/cifar-10-batches-py), else $ATTNLIP_CIFAR10,
-    else <data_root>/cifar-10-batches-py."""
+    else <mirror>/cifar-10-batches-py."""
     env = os.environ.get(CIFAR_ENV)
     if root is not None:
         cands = [Path(root), Path(root) / "cifar-10-batches-py"]
     elif env:
         cands = [Path(env), Path(env) / "cifar-10-batches-py"]
     else:
-        try:
-            cands = [data_root() / "cifar-10-batches-py"]
-        except FileNotFoundError:
-            cands = [REPO_ROOT.parent / "shared" / "data" / "cifar-10-batches-py"]
+        m = mirror_root()
+        cands = [m / "cifar-10-batches-py"] if m is not None else []
     for c in cands:
         if (c / "test_batch").is_file():
             return c
-    raise DataNotFound(f"CIFAR-10 not found at {', '.join(map(str, cands))} (need data_batch_1..5 and "
-                            f"test_batch in python pickle format): pass root=... or set {CIFAR_ENV}; "
-                            f"it cannot be downloaded offline")
+    where = ", ".join(map(str, cands)) or f"nowhere (${DATA_ENV} and ${CIFAR_ENV} are unset)"
+    raise DataNotFound(f"CIFAR-10 batches not found at {where} (need data_batch_1..5 and test_batch in python "
+                       f"pickle format): pass root=... or set {CIFAR_ENV}", fix="attnlip data fetch cifar10")

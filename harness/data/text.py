@@ -1,6 +1,9 @@
-"""Offline text corpora (Alice, AG_NEWS, SST-2, Brown) and non-overlapping token chunks (Castin et al. Fig. 1).
+"""Text corpora (Alice, AG_NEWS, SST-2, Brown) and non-overlapping token chunks (Castin et al. Fig. 1).
 
-Corpora are read from the shared data folder (see harness.data.paths) and cached in memory only.
+Each corpus comes from the source harness.data.resolve picks (the $ATTNLIP_DATA mirror, NLTK's data path, the
+`datasets` cache, or a download) and is cached in memory per source. Every source gives the same shapes: Alice
+and Brown one string per paragraph, AG_NEWS 'title description' with labels 0..3, SST-2 'train' and 'dev' (the
+hub's validation split) with labels 0/1.
 """
 from __future__ import annotations
 
@@ -9,71 +12,87 @@ import functools
 import hashlib
 import random
 import re
+from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.data import paths
+from harness.data import hub, resolve, sources
 
 CORPORA = ("alice", "ag_news", "sst2", "brown", "synthetic")
-
-
-def _nltk():
-    """nltk with the shared data folder first on nltk.data.path (nltk refuses paths outside it)."""
-    import nltk
-
-    d = str(paths.nltk_data_dir())
-    if d not in nltk.data.path:
-        nltk.data.path.insert(0, d)
-    return nltk
 
 
 def _squash(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip()
 
 
-@functools.lru_cache(maxsize=None)
+def _nltk_root(r: resolve.Resolved) -> Path:
+    return r.path / "nltk_data" if r.kind == "mirror" else r.path
+
+
 def _alice() -> Tuple[str, ...]:
     """Alice in Wonderland (NLTK Gutenberg carroll-alice.txt), one string per paragraph."""
-    nltk = _nltk()
-    try:
-        raw = nltk.corpus.gutenberg.raw("carroll-alice.txt")
-    except LookupError as e:
-        raise paths.DataNotFound(f"NLTK Gutenberg carroll-alice.txt not found under {paths.nltk_data_dir()} "
-                                f"(set NLTK_DATA or ATTNLIP_DATA): {str(e).strip().splitlines()[0]}") from None
+    return _alice_at(_nltk_root(resolve.require("alice")))
+
+
+@functools.lru_cache(maxsize=None)
+def _alice_at(root: Path) -> Tuple[str, ...]:
+    from nltk.corpus.reader import PlaintextCorpusReader
+
+    raw = resolve.nltk_reader(root, "gutenberg", PlaintextCorpusReader, r"(?!\.).*\.txt",
+                              encoding="latin1").raw("carroll-alice.txt")
     return tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p)
 
 
-@functools.lru_cache(maxsize=None)
 def _brown() -> Tuple[str, ...]:
     """NLTK Brown corpus, one string per paragraph (words joined by spaces)."""
-    nltk = _nltk()
-    try:
-        paras = nltk.corpus.brown.paras()
-        return tuple(" ".join(w for s in p for w in s) for p in paras)
-    except LookupError as e:
-        raise paths.DataNotFound(f"NLTK brown corpus not found under {paths.nltk_data_dir()} "
-                                f"(set NLTK_DATA or ATTNLIP_DATA): {str(e).strip().splitlines()[0]}") from None
+    return _brown_at(_nltk_root(resolve.require("brown")))
 
 
 @functools.lru_cache(maxsize=None)
+def _brown_at(root: Path) -> Tuple[str, ...]:
+    from nltk.corpus.reader import CategorizedTaggedCorpusReader
+
+    reader = resolve.nltk_reader(root, "brown", CategorizedTaggedCorpusReader, r"c[a-z]\d\d",
+                                 cat_file="cats.txt", tagset="brown", encoding="ascii")
+    return tuple(" ".join(w for s in p for w in s) for p in reader.paras())
+
+
 def _ag_news() -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
-    """AG_NEWS test split: texts 'title description' (as torchtext joins them) and labels 0..3."""
-    p = paths.data_path("ag_news", "test.csv")
+    """AG_NEWS test split: texts 'title description' (as torchtext and the hub join them) and labels 0..3."""
+    r = resolve.require("ag_news")
+    return _ag_news_at(r.kind, r.path)
+
+
+@functools.lru_cache(maxsize=None)
+def _ag_news_at(kind: str, where: Path) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+    if kind == "hf":
+        h = sources.get("ag_news").hub
+        ds = hub.load_split(h, h.split("test"), where)
+        return tuple(_squash(t) for t in ds[h.text[0]]), tuple(int(y) for y in ds[h.label])
     texts, labels = [], []
-    with open(p, newline="", encoding="utf-8") as f:
+    with open(where / "ag_news" / "test.csv", newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             texts.append(_squash(f"{row['title']} {row['description']}"))
             labels.append(int(row["label"]) - 1)
     return tuple(texts), tuple(labels)
 
 
-@functools.lru_cache(maxsize=None)
 def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
-    """GLUE SST-2 train/dev tsv: (sentences, labels). Train's header is label/sentence, dev's label/content."""
+    """GLUE SST-2 'train' or 'dev': (sentences, labels 0/1)."""
     if split not in ("train", "dev"):
         raise ValueError(f"SST-2 split must be 'train' or 'dev' (the test split has no labels), got {split!r}")
-    p = paths.data_path("sst2", f"{split}.tsv")
+    r = resolve.require("sst2")
+    return _sst2_at(r.kind, r.path, split)
+
+
+@functools.lru_cache(maxsize=None)
+def _sst2_at(kind: str, where: Path, split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+    if kind == "hf":
+        h = sources.get("sst2").hub
+        ds = hub.load_split(h, h.split(split), where)
+        return tuple(t.strip() for t in ds[h.text[0]]), tuple(int(y) for y in ds[h.label])
+    p = where / "sst2" / f"{split}.tsv"  # train's header is label/sentence, dev's label/content
     texts, labels = [], []
     with open(p, encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
@@ -89,8 +108,13 @@ def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     return tuple(texts), tuple(labels)
 
 
+def data_source(name: str) -> Optional[str]:
+    """Where load_corpus(name) would read from, without loading (resolve.source); None for 'synthetic'."""
+    return resolve.source(name) if name in sources.DATASETS else None
+
+
 def synthetic_corpus(n_texts: int = 200, seed: int = 0) -> List[str]:
-    """Deterministic English-like sentences for tests without shared data."""
+    """Deterministic English-like sentences for tests and test-scale runs (no corpus needed)."""
     words = ("the a cat dog queen rabbit garden tea party said went into very curious little large time "
              "down hole door key table bottle drink cake eat grew small tall alice thought herself").split()
     rng = random.Random(seed)
