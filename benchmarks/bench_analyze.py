@@ -1,4 +1,4 @@
-"""Issue 13 benchmark: every registered bound + the truth for all 6 layers x 12 heads of pretrained MiniLM on one
+"""Benchmark: every registered bound + the truth for all 6 layers x 12 heads of pretrained MiniLM on one
 128-token Alice text (`harness.analyze.analyze` end to end, float64; target <= 30 s on 2 threads).
 
 Timed: `pytest benchmarks/bench_analyze.py --benchmark-only`; as a plain test (`--benchmark-disable`, what CI runs)

@@ -1,4 +1,4 @@
-"""Issue 13 benchmark: exact ||M_l|| (all heads) and zeta, ours vs scipy svds (ARPACK) vs dense SVD.
+"""Benchmark: exact ||M_l|| (all heads) and zeta, ours vs scipy svds (ARPACK) vs dense SVD.
 
 ARPACK gets what a careful user writes: a LinearOperator over the same reduced rank-2dh factors
 (Z -> Z K'^T + Q' Z^T on Z in R^{n x r}, harness.kernels.operators), head by head, the same tolerance.

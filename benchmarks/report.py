@@ -1,14 +1,14 @@
 """One-shot benchmark reports, markdown on stdout.
 
-`python -m benchmarks.report [--threads 2] [--sizes small,mid,vitb,big] [--quick]` (default part "kernels", issue 13):
+`python -m benchmarks.report [--threads 2] [--sizes small,mid,vitb,big] [--quick]` (default part "kernels"):
 exact ||M_l|| (all heads) and zeta at each size, ours (thick-restart Lanczos on the reduced operators) vs scipy svds
 (ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
-`--part analyze` (issue 13): every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
+`--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
 for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
 float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part peak`: the machine's float64 / float32
 GEMM rate and what it implies for the Lemma 1 (zeta) operator at ViT-B size (see docs/notes/kernels.md).
-`--part floor` (issue 13's unmet zeta targets): ours vs our operator's products alone vs ARPACK (with its numpy
+`--part floor` (where the zeta targets are not met): ours vs our operator's products alone vs ARPACK (with its numpy
 operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes`).
 `--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
 
@@ -146,7 +146,7 @@ def rows_large(scale: str, repeats: int, threads: int):
 
 
 def kernels_rows(sizes, repeats: int):
-    """The issue 13 measurements (see module docstring): a dict per size and quantity."""
+    """The kernel measurements (see module docstring): a dict per size and quantity."""
     from benchmarks.bench_kernels import DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
 
     rows = []
@@ -177,7 +177,7 @@ def _kernels_line(r) -> str:
 
 
 def kernels_report(rows) -> str:
-    """The issue 13 table (see module docstring) of kernels_rows' measurements."""
+    """The kernels table (see module docstring) of kernels_rows' measurements."""
     return "\n".join(["| size | quantity | ours (s) | ARPACK (s) | dense (s) | ARPACK / ours | rel. diff ours vs ref |",
                       "|---|---|---|---|---|---|---|"] + [_kernels_line(r) for r in rows])
 
@@ -197,7 +197,7 @@ def best_of_report(by_count) -> str:
 
 
 def analyze_report(repeats: int) -> str:
-    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (issue 13's target)."""
+    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (target 30 s)."""
     from benchmarks.bench_analyze import alice_text
     from harness.analyze.core import analyze
 
@@ -248,7 +248,7 @@ def gemm_rate(dt) -> float:
 
 
 def floor_report(sizes, repeats: int) -> str:
-    """What bounds our zeta time from below where issue 13's zeta targets are not met (docs/notes/kernels.md).
+    """What bounds our zeta time from below where the zeta targets are not met (docs/notes/kernels.md).
 
     Per size, in one run: ours end to end (`lofast.zeta`, tol 1e-8) and its Gram products; the same number of
     products of our operator alone (`ZetaGram.gram` under inference mode, no solver); ARPACK end to end and its

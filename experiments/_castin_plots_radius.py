@@ -10,7 +10,7 @@ from ._castin_plots import fmt_fit, loglog_fit
 
 _NOTE = ("Panels: random d = 8 weights, and one MiniLM-L6 head (pretrained, stands in for BERT-base); "
          "'last layer (L5)' = MiniLM's sixth layer.")
-WORKED_EXAMPLE = {"x1": -3.0, "x2": -0.3, "unsplit": 1.382, "split": 2.011}  # MATH.md §3
+WORKED_EXAMPLE = {"x1": -3.0, "x2": -0.3, "unsplit": 1.382, "split": 2.011}  # docs/math.md §3
 
 
 def _facets(table, outdir, stem, draw, title, note=""):
@@ -112,7 +112,7 @@ magnitude (on MiniLM's head, random unit tokens in d = 384 have gaps down to ~1e
 per cell until R^2 x gap = settle for every sequence. Masked rows (Thm 4.5, the causal head) take the argmax and
 the gaps over j <= i; the same exact limit holds with the masked argmax, and it is at least as large as the
 unmasked one whenever early tokens collect more rows. Not reproduced: Thm 4.4 (the masked mean-field bound), whose
-formula is stripped from the supplied paper text ("upper-bounded by" and nothing after) and is not in MATH.md:
+formula is stripped from the supplied paper text ("upper-bounded by" and nothing after) and is not in docs/math.md:
 there is nothing to evaluate; Thm 4.3 (the masked general bound, = Thm 3.3) is in castin_sqrt_n_adversarial.
 """)
     return "\n".join(out)
@@ -197,7 +197,8 @@ def mass_splitting_summary(table) -> str:
         r = ex.iloc[0]
         out.append(f"\nWorked example X = (-3, -0.3), p = 1/2: unsplit {r['unsplit_weighted']:.3f} (explicit "
                    f"{r['unsplit_explicit']:.3f}), duplicated {r['split_weighted']:.3f} (explicit "
-                   f"{r['split_explicit']:.3f}); MATH.md: {WORKED_EXAMPLE['unsplit']} and {WORKED_EXAMPLE['split']}.")
+                   f"{r['split_explicit']:.3f}); docs/math.md: {WORKED_EXAMPLE['unsplit']} and "
+                   f"{WORKED_EXAMPLE['split']}.")
     out.append("""
 **Versus the paper.** Castin et al. show split configurations in well-defined regions of the 1-D plane
 (their Fig. 2, found numerically). Here the map is exact: the criterion max(||Df^w||_w, max_i |V Cov_i A|)

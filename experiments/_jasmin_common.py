@@ -22,7 +22,7 @@ REG_KEYS = ("method", "k", "lam", "agg", "variant")
 # ViT grid values per scale (spliced into the experiments' declared grids; --dry-run and --set see them).
 # full: patch 7 (16 patches + cls = 17 tokens) trained 10 epochs (4690 Adam steps of batch 128, lr 3e-3 cosine):
 # 88.1 % clean test accuracy measured for the baseline (2000 test images, 313 s on one thread), the ">= 88 %" of
-# issue 15 item 3; patch 4 (50 tokens, which JaSMin k = 30 needs) costs 3.2x per step and does not fit the 2.5 h
+# patch 4 (50 tokens, which JaSMin k = 30 needs) costs 3.2x per step and does not fit the 2.5 h
 # budget of the full run on 2 cores.
 # quick: 80 steps. The ViT budget is in `train_steps`; `epochs` follows from it (TRAIN_SIZE).
 VIT_FULL = {"dataset": ["fashion_mnist"], "patch": [7], "vit_d": [64], "vit_depth": [4], "vit_heads": [4],
@@ -37,9 +37,9 @@ BATCH = 128
 # The regularizer sweep (jasmin_sweep, jasmin_jacobian_norm, jasmin_heatmaps, jasmin_overhead share it: one trained
 # model per entry, a cached artifact). Three training seeds for the comparison the paper's claim rests on (Table 1:
 # baseline, Specformer joint 1e-2, JaSMin k = 0 and k = 10 at lambda = 1e-2, mean); one seed for the rest of the
-# grid issue 15 asks for: JaSMin k = 10 at lambda = 1e-3 and 1e-4 and the per-matrix Specformer rows q and k at 1e-2
+# grid: JaSMin k = 10 at lambda = 1e-3 and 1e-4 and the per-matrix Specformer rows q and k at 1e-2
 # (Table 3). k = 30 needs more than 17 tokens. Table 1's k = 0 max and Specformer v (1e-3) rows were trained in
-# session 6 (one seed each) and dropped in session 7 to keep the full run within 2.5 h on 2 cores (766 s).
+# with one seed each; dropped to keep the full run within 2.5 h on 2 cores (766 s).
 _S3, _S1 = [0, 1, 2], [0]
 SWEEP_FULL = [
     {"method": ["baseline"], "train_seed": _S3},

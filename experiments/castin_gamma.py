@@ -1,6 +1,6 @@
 """Castin et al. App. C.5 (Fig. 2): the scaling factor gamma R^2 of Prop. 3.4 per layer and head on real data.
 
-gamma = max(lam_max / 4, -2 lam_min) over the real eigenvalues of A_c = A_l^T (bias-free weights, MATH.md §3);
+gamma = max(lam_max / 4, -2 lam_min) over the real eigenvalues of A_c = A_l^T (bias-free weights, docs/math.md §3);
 R = mean token norm of the layer's real inputs (forward hooks, `count` extracts of length n), as the paper's
 Fig. 2 text defines it (5 extracts); the authors' code computes R as the RMS token norm sqrt(mean ||x_i||^2)
 (columns radius_rms, gamma_R2_rms), reported beside it. Prop. 3.4's lower bound grows like sqrt(n) while

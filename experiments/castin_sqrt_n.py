@@ -26,7 +26,7 @@ N_PAPER = list(range(2, 101, 2))
 N_LONG = N_PAPER + [128, 192, 256, 384, 512]
 # d = 768 (BERT-base, GPT-2 shapes; random weights offline): 5 sequences per n instead of 10, and on AG_NEWS up to
 # n = 256. With 10 sequences and n = 384, 512 these ten panels took 7,767 s of the full run's 26,428 s of cell time
-# (issue 15's 2.5 h budget); the pretrained MiniLM panels keep 10 sequences and n <= 512.
+# (to keep the full run near 2.5 h on 2 cores); the pretrained MiniLM panels keep 10 sequences and n <= 512.
 N_LONG_768 = N_PAPER + [128, 192, 256]
 COUNT_768 = 5
 
@@ -43,6 +43,7 @@ class CastinSqrtN(Experiment):
     name = "castin_sqrt_n"
     figures_ref = ["Castin et al. 2024, Fig. 1 (§5.1, real data)"]
     float32_exempt = ("cpu_s",)  # timings
+    verify_tol = {"default": 1e-9, "cpu_s": None}  # timings are not reproducible numbers
     grid = [  # most informative panels first: a run stopped at the deadline keeps them
         _grid("minilm", [0, -1], [False, True], ["alice"], N_PAPER),
         _grid("minilm", [-1], [False], ["ag_news"], N_LONG),

@@ -24,7 +24,7 @@ from harness.registry import Context, Experiment, experiment
 from . import _castin_common as C
 
 N_ADV = [2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 100]
-N_ADV_768 = [2, 4, 8, 16, 32, 64, 100]  # d = 768 panels (session 7: 57 % of the cost of N_ADV, for the 2.5 h budget)
+N_ADV_768 = [2, 4, 8, 16, 32, 64, 100]  # d = 768 panels (57 % of the cost of N_ADV, to keep the full run near 2.5 h)
 
 
 def _grid(model, layers, masked, factors, ns=N_ADV, count=10, maps=("layer",)):
@@ -46,6 +46,7 @@ class CastinSqrtNAdversarial(Experiment):
     name = "castin_sqrt_n_adversarial"
     figures_ref = ["Castin et al. 2024, Fig. 1 (§5.2, adversarial inputs)", "Castin et al. Prop. 3.4 / Thm 3.3"]
     float32_exempt = ("cpu_s",)  # timings
+    verify_tol = {"default": 1e-9, "cpu_s": None}  # timings are not reproducible numbers
     grid = [
         _grid("minilm", [0, -1], [False], [1.0, 2.0], maps=("layer", "self")),
         _grid("gpt2", [0], [False], [1.0, 4.0], ns=N_ADV_768),

@@ -47,7 +47,8 @@ class CastinSqrtNBlock(Experiment):
     figures_ref = ["Castin et al. 2024, Fig. 1 (§5.1, real data; the BertAttention map of the authors' code)"]
     # timings; and the estimator, rounding noise where LayerNorm is the identity (random init: J^T F(X) = 0)
     float32_exempt = ("cpu_s", "paper_estimator")
-    # 5 sequences per n (10 until session 6; halved for the 2.5 h budget of the full run: 2,085 -> 911 s measured)
+    verify_tol = {"default": 1e-9, "cpu_s": None}  # timings are not reproducible numbers
+    # 5 sequences per n (10 sequences cost 2,085 s of cell time against 911 s; the full run is kept near 2.5 h)
     grid = [_grid("minilm", [0, 5], N_PAPER, count=5), _grid("bert-base-uncased", [0, 5], N_SPARSE, count=5)]
     quick = [_grid("minilm", [0, 5], [2, 4, 8, 16, 32, 64], count=4),
              _grid("bert-base-uncased", [0], [2, 8, 32], count=3)]

@@ -1,6 +1,6 @@
 """JaSMin (Yudin et al.) Theorem 4 / Corollary 1: the interlacing of J_sm's singular values, checked numerically.
 
-p_(1) >= g_1 >= s_1 >= p_(2) >= g_2 >= s_2 >= ... >= s_n = 0 (MATH.md §2), on random probability vectors
+p_(1) >= g_1 >= s_1 >= p_(2) >= g_2 >= s_2 >= ... >= s_n = 0 (docs/math.md §2), on random probability vectors
 p = softmax(z / T), z ~ N(0, I_n), for several n and temperatures T, plus edge cases (uniform, one-hot, ties).
 Quantities come from harness.kernels.softmax (g_k, jsm_singular_values, jsm_norm). Float64 only: the chain is
 checked to 1e-12 (ties make links equalities), far below float32's eigvalsh accuracy.

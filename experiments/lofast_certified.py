@@ -18,7 +18,7 @@ from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
 
 EPS_REF = 0.1  # the summary's reference radius
-# 200 test points (300 until session 6; for the 2.5 h budget of the full run: 1,915 -> 792 s measured, the
+# 200 test points (300 points measured 1,915 s against 792 s, the
 # 1,915 s run shared the machine with a CI run)
 _EVAL = {"points": [200], "pgd_steps": [15], "pgd_restarts": [2],
          "eps": [[0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0]]}
@@ -38,6 +38,7 @@ class LofastCertified(Experiment):
     test = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_TEST, "points": [12], "pgd_steps": [8],
             "pgd_restarts": [1]}
     float32_exempt = ("pgd_acc", "train_seconds")  # PGD and wall-clock time are chaotic under a dtype change
+    verify_tol = {"default": 1e-9, "train_seconds": None}  # timings are not reproducible numbers
 
     def run(self, cell, ctx) -> List[dict]:
         return lofast_eval.certified_cell("vit", cell, ctx, store=cached_artifact)

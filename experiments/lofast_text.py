@@ -34,6 +34,7 @@ class LofastText(Experiment):
     test = {"layers": [1], "heads": [4], "vo_norm": [0.5], **G.TEXT_TEST, "points": [12], "pgd_steps": [8],
             "pgd_restarts": [1]}
     float32_exempt = ("pgd_acc", "train_seconds")  # PGD and wall-clock time are chaotic under a dtype change
+    verify_tol = {"default": 1e-9, "train_seconds": None}  # timings are not reproducible numbers
 
     def run(self, cell, ctx) -> List[dict]:
         return lofast_eval.certified_cell("text", cell, ctx, store=cached_artifact)

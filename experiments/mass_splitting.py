@@ -1,7 +1,7 @@
 """Castin et al. arXiv v1 §4.2 / Fig. 2 (mass splitting): where duplicating a token and moving the copies apart
 changes the output of self-attention more than moving the token.
 
-Setting (MATH.md §3): d = 1, A = -2, V = 1, two atoms at x1, x2 with masses (p, 1-p), p = a / (a + b).
+Setting (docs/math.md §3): d = 1, A = -2, V = 1, two atoms at x1, x2 with masses (p, 1-p), p = a / (a + b).
 Two independent routes on the same (x1, x2) grid:
 - *weighted criterion*: unsplit = ||Df^w(X)||_w (weighted self-attention, Def. C.4), cov = max_i |V Cov_i A|,
   split = max(unsplit, cov); splitting pays where cov > unsplit (harness.bounds.mass_splitting).
@@ -30,7 +30,7 @@ class MassSplitting(Experiment):
 
     name = "mass_splitting"
     figures_ref = ["Castin et al., arXiv v1 §4.2 / Fig. 2 (mass splitting phase map; in the ICML 2024 text §4.2 is "
-                   "masked attention and Fig. 2 the gamma R^2 plot)", "MATH.md §3 worked example"]
+                   "masked attention and Fig. 2 the gamma R^2 plot)", "docs/math.md §3 worked example"]
     grid = {"a": [1, 1, 1, 2], "b": [1, 2, 4, 1], "resolution": [161], "extent": [4.0]}
     paired = [("a", "b")]  # masses p = a / (a + b)
     quick = {"a": [1, 1, 1], "b": [1, 2, 4], "resolution": [81]}

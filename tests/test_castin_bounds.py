@@ -1,4 +1,4 @@
-"""Castin et al. (paper 003, MATH.md §3): Jacobian formula, Thm 3.3/3.5 upper bounds, Prop. 3.4/3.6 lower bounds,
+"""Castin et al. (docs/math.md §3): Jacobian formula, Thm 3.3/3.5 upper bounds, Prop. 3.4/3.6 lower bounds,
 Thm 3.7, weighted self-attention (Def. C.4) and mass splitting."""
 import math
 

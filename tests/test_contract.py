@@ -1,4 +1,4 @@
-"""The harness contract (issue 11), checked over the whole registry where it can be:
+"""The harness contract, checked over the whole registry where it can be:
 
 - a quick run, a --set run and --collect --quick leave the canonical (full-scale) outputs byte-identical;
 - every experiment honours --dtype: float32 and float64 tables differ as float32 arithmetic does and agree to
@@ -280,7 +280,7 @@ def test_large_tables_are_written_gzipped(tmp_path, monkeypatch):
 
 def test_plugins_are_keyed_by_their_source_not_by_the_whole_tree(tmp_path, monkeypatch):
     """Plug-ins load by name (harness.plugins, which the code hash neither hashes nor walks), so the bound registry
-    no longer widens bound_leaderboard's hash to every harness file; the plug-ins a cell evaluates (its `plugins`
+    does not widen bound_leaderboard's hash to every harness file; the plug-ins a cell evaluates (its `plugins`
     grid key, or --bound) are keyed by their own source instead."""
     import importlib
 

@@ -1,4 +1,4 @@
-"""Every figure an experiment draws reads at the README's width (issue 15): aspect ratio <= 3.5, at most 16 data
+"""Every figure an experiment draws reads at the README's width: aspect ratio <= 3.5, at most 16 data
 panels per image, every data panel with an x and a y label (a figure-level supxlabel / supylabel counts for every
 panel; a colorbar needs a label on its long axis), at most one legend per image, and a title (the paper figure).
 

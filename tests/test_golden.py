@@ -87,5 +87,5 @@ def test_golden_softmax_and_mass_splitting(num_regression_strict):
     vals = dict(jsm=jsm_norm(p), g1=g_k(p, 1), g2=g_k(p, 2),
                 ms_unsplit=ms["unsplit"].reshape(1), ms_split=ms["split"].reshape(1))
     assert torch.all(vals["g1"] >= vals["jsm"] - 1e-14)
-    assert abs(ms["unsplit"].item() - 1.382) < 5e-4 and abs(ms["split"].item() - 2.011) < 5e-4  # MATH.md example
+    assert abs(ms["unsplit"].item() - 1.382) < 5e-4 and abs(ms["split"].item() - 2.011) < 5e-4  # docs/math.md example
     num_regression_strict.check(flat(vals), **TOL)

@@ -1,4 +1,4 @@
-"""JaSMin (paper 002): Theorem 3 per head >= the true local Lipschitz constant, Theorem 4 interlacing, regularizers."""
+"""JaSMin (Yudin et al.): Theorem 3 per head >= the true local Lipschitz constant, Theorem 4 interlacing, regularizers."""
 
 import pytest
 import torch

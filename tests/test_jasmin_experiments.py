@@ -30,13 +30,13 @@ def test_grids_cover_the_issue():
     for name in SWEEP:
         cells = get_experiment(name).cells("full")
         labels = {method_label(**C.regularizer_args(c)) for c in cells}
-        # issue 15 item 3: the paper's lambda grid with 1e-4, the single-q / single-k Specformer rows
+        # the paper's lambda grid with 1e-4, the single-q / single-k Specformer rows
         assert {"Baseline", "Specformer(joint, 1e-2)", "Specformer(q, 1e-2)",
                 "Specformer(k, 1e-2)", "JaSMin k=10 lam=1e-2 mean", "JaSMin k=10 lam=1e-3 mean",
                 "JaSMin k=10 lam=1e-4 mean", "JaSMin k=0 lam=1e-2 mean"} <= labels, name
         for head in ("Baseline", "Specformer(joint, 1e-2)", "JaSMin k=10 lam=1e-2 mean", "JaSMin k=0 lam=1e-2 mean"):
             seeds = {c["train_seed"] for c in cells if method_label(**C.regularizer_args(c)) == head}
-            assert len(seeds) >= 3, (name, head)  # issue 15 item 3: >= 3 training seeds
+            assert len(seeds) >= 3, (name, head)  # >= 3 training seeds
         from experiments.jasmin_sweep import PAPER_CIFAR100
         assert labels <= set(PAPER_CIFAR100), labels - set(PAPER_CIFAR100)  # every row has the paper's beside it
         for c in cells:  # every sweep experiment trains the same models (one artifact per entry)
@@ -182,7 +182,7 @@ def test_leaderboard_plugins(ctx, tmp_path, shared_data, monkeypatch):
 
 
 def test_sweep_full_grid_stays_within_the_run_budget():
-    """Issue 15's 2.5 h full run rests on 16 trained ViTs and attacks on 500 images (session 7's measured budget,
+    """The ~2.5 h full run rests on 16 trained ViTs and attacks on 500 images (the measured budget,
     README 'Scale'): a grid that grows again must re-measure the budget and update this test."""
     cells = get_experiment("jasmin_sweep").cells("full")
     assert len(cells) == 16

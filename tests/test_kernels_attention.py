@@ -8,7 +8,7 @@ from harness.kernels.attention import AttentionWeights, attention, augment_input
 
 
 def naive_attention(X, w, residual=False, causal=False):
-    """Explicit loop over heads, MATH.md §0 with biases."""
+    """Explicit loop over heads, docs/math.md §0 with biases."""
     n = X.shape[0]
     out = torch.zeros_like(X)
     for l in range(w.h):

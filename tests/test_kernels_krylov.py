@@ -29,7 +29,7 @@ def matrix_ops(M):
     return (lambda v: (M @ v[..., None])[..., 0]), (lambda u: (M.transpose(-1, -2) @ u[..., None])[..., 0])
 
 
-# ---- issue 12.5: every finite input gives a finite value; non-finite is never "converged" -------------------
+# ---- every finite input gives a finite value; non-finite is never "converged" -------------------
 @pytest.mark.parametrize("dtype,big", [(torch.float64, 1e200), (torch.float32, 3e9), (torch.float32, 1e30)])
 def test_huge_inputs_give_finite_converged_norms(dtype, big):
     X, w = make(0, batch=(2,), dtype=dtype)
@@ -128,7 +128,7 @@ def test_dtype_and_device_follow_input():
 
 # ---- certified upper estimates ------------------------------------------------------------------------------
 def test_kw_formulas():
-    # MATH.md §4 example: N = 151,296, delta = 1e-9, eps = 1e-2 -> k >= 137
+    # docs/math.md §4 example: N = 151,296, delta = 1e-9, eps = 1e-2 -> k >= 137
     assert kw_steps(151296, 1e-2, 1e-9) == 137
     assert float(kw_epsilon(151296, 137, 1e-9)) <= 1e-2 < float(kw_epsilon(151296, 136, 1e-9))
 
@@ -224,7 +224,7 @@ def test_mixed_precision_refinement_matches_float64():
         assert (res.upper >= ref).all()
 
 
-# ---- partial reorthogonalization (Simon's PRO, issue 13) -----------------------------------------------------
+# ---- partial reorthogonalization (Simon's PRO) -----------------------------------------------------
 def _gram_of(M, record=None):
     """CallableGram of M; with a list `record`, every block of Lanczos vectors the solver applies it to is kept."""
     from harness.kernels.krylov import CallableGram
@@ -310,7 +310,7 @@ def test_partial_reorth_matches_full_with_fewer_passes():
         lanczos(op, y0, krylov=1)
 
 
-# ---- issue 13, session 8: the lean iteration (inference mode, tests only where they can succeed) --------------
+# ---- the lean iteration (inference mode, tests only where they can succeed) --------------
 def test_results_are_ordinary_tensors_usable_in_autograd():
     """The loop runs under inference mode; what it returns must still combine with autograd tensors."""
     X, w = make(0, n=6, d=8, h=2)

@@ -98,7 +98,7 @@ def test_paper_estimator_is_not_the_jacobian_norm():
     X = torch.randn(6, 8, dtype=torch.float64, generator=g)
     f = lambda X: attention(X, w)
     true = jacobian_norm(f, X)
-    # the defective estimator returns sqrt(||J^T f(X)||) (MATH.md §3)
+    # the defective estimator returns sqrt(||J^T f(X)||) (docs/math.md §3)
     J = dense_jacobian(f, X)
     expected = (J.T @ f(X).reshape(-1)).norm().sqrt()
     torch.testing.assert_close(paper_estimator(f, X), expected, rtol=1e-10, atol=0)

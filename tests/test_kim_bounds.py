@@ -1,4 +1,4 @@
-"""Kim / Specformer bound (JaSMin Thm 1, paper 002): an upper bound wherever our validity condition holds."""
+"""Kim / Specformer bound (JaSMin Thm 1): an upper bound wherever our validity condition holds."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""LoFAST bounds (harness.bounds.lofast) against dense float64 oracles and PGD lower bounds (MATH.md §1)."""
+"""LoFAST bounds (harness.bounds.lofast) against dense float64 oracles and PGD lower bounds (docs/math.md §1)."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""Reliability of the runner and stores (issue 12): no orphan workers, concurrent runners split the work,
+"""Reliability of the runner and stores: no orphan workers, concurrent runners split the work,
 unwritable caches and damaged cells are reported with their real cause, never crash a run or --collect."""
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def test_objects_that_need_code_cannot_be_stored(tmp_path):
 
 
 class _Planted:
-    """A pickle payload that would run code when unpickled (the attack issue 12 describes)."""
+    """A pickle payload that would run code when unpickled (the attack a planted artifact would be)."""
 
     def __reduce__(self):
         return (os.system, (f"touch {os.environ['ATTNLIP_PWNED']}",))

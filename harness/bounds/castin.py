@@ -1,4 +1,4 @@
-"""Castin, Ablin, Peyre, "How smooth is attention?" (paper 003; formulas restated in MATH.md §3), per head.
+"""Castin, Ablin, Peyre, "How smooth is attention?" (formulas in docs/math.md §3), per head.
 
 Per head l: f_l(X) = P_l(X) X VO_l, scores S = X A_l X^T (§0), Castin's A_c = A_l^T, V = VO_l.
 - `bound`: Thm 3.3 (unmasked) / Thm 4.3 (masked, same constant), R = max token norm of X:
@@ -75,7 +75,7 @@ def bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
 
 
 def layer_bound(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
-    """Thm 3.3 / 4.3 for the whole multi-head layer: the sum of bound() over heads (MATH.md §0): (...,)."""
+    """Thm 3.3 / 4.3 for the whole multi-head layer: the sum of bound() over heads (docs/math.md §0): (...,)."""
     return bound(X, w, causal=causal).sum(-1)
 
 

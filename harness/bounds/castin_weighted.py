@@ -1,4 +1,4 @@
-"""Castin et al.: the Jacobian formula (Lemma C.2 / D.1 / C.6) and weighted self-attention (Def. C.4), MATH.md §3.
+"""Castin et al.: the Jacobian formula (Lemma C.2 / D.1 / C.6) and weighted self-attention (Def. C.4), docs/math.md §3.
 
 Conventions: A is the §0 score matrix (S = X A X^T), so Castin's A_c = A^T; V is the value map in the row
 convention f(X) = P X V (V = VO_l for a head). Tokens are rows of X (..., n, d).

@@ -1,6 +1,6 @@
-"""JaSMin (Yudin et al., paper 002): Theorem 3 per head, Theorem 4 interlacing, the JaSMin_k regularizers (MATH.md §2).
+"""JaSMin (Yudin et al.): Theorem 3 per head, Theorem 4 interlacing, the JaSMin_k regularizers (docs/math.md §2).
 
-Per head l the map is f_l(X) = P_l(X) X VO_l (value map VO_l = wv_l wo_l in place of the paper's W^V, MATH.md §0)
+Per head l the map is f_l(X) = P_l(X) X VO_l (value map VO_l = wv_l wo_l in place of the paper's W^V, docs/math.md §0)
 and A_l = wq_l wk_l^T / sqrt(dh). Theorem 3:
     ||J_{f_l}(X)|| <= ||VO_l|| ( ||P_l|| + 2 ||X||^2 ||A_l|| max_i ||J_sm(P_l,i)|| ),
 with the exact ||J_sm|| (kernels.softmax.jsm_norm) or its upper bound g_1 (Cor. 1). The proof only uses that each

@@ -1,7 +1,7 @@
-"""The Kim / Specformer bound as stated in JaSMin's Theorem 1 (paper 002, citing Specformer [Hu et al. 2024]).
+"""The Kim / Specformer bound as stated in JaSMin's Theorem 1 (citing Specformer [Hu et al. 2024]).
 
 Lip(Attn; B_r(vec X)) <= n(n+1) (||X||_F + r)^2 ( ||W^V|| ||W^Q|| ||W^K|| + ||W^V|| ), per head.
-Per head l we use the value map VO_l = wv_l wo_l in place of W^V (MATH.md §0: the single-head map with output
+Per head l we use the value map VO_l = wv_l wo_l in place of W^V (docs/math.md §0: the single-head map with output
 projection is P_l X VO_l), and the per-head projections wq_l, wk_l (d, dh) for W^Q, W^K (no 1/sqrt(dh): the
 theorem states the unscaled norms, which only makes it larger than with A_l).
 

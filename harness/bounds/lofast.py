@@ -1,4 +1,4 @@
-"""LoFAST (Havens et al.): local sensitivity bounds of (residual) multi-head self-attention, MATH.md §1.
+"""LoFAST (Havens et al.): local sensitivity bounds of (residual) multi-head self-attention, docs/math.md §1.
 
 F(X) = H X + sum_l P_l(X) X VO_l with H = I (residual=True) or 0. For ||X' - X||_F <= eps (Theorem 1):
 

@@ -1,4 +1,4 @@
-"""Matrix-free operators and input checks behind harness.bounds.lofast (LoFAST, MATH.md §1).
+"""Matrix-free operators and input checks behind harness.bounds.lofast (LoFAST, docs/math.md §1).
 
 Two linear operators on perturbations G in R^{n x d}, never materialized:
 - Lemma 1 (eq. 12): T_X(G) = H G + sum_l P_l(X) G VO_l, adjoint T_X^*(Y) = H^T Y + sum_l P_l^T Y VO_l^T.

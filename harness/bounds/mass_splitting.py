@@ -1,4 +1,4 @@
-"""Mass splitting (Castin et al. §4.2, MATH.md §3, derived criterion).
+"""Mass splitting (Castin et al. §4.2, docs/math.md §3, derived criterion).
 
 Duplicating token i into copies of mass w_i / c and moving the copies in opposite directions (D, -D) leaves the
 measure's first-order change zero except inside Cov_i: the Jacobian at the duplicated configuration is block

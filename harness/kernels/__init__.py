@@ -2,5 +2,5 @@
 
 Import the submodules (`harness.kernels.attention`, `.krylov`, `.power`, ...) directly: this package re-exports
 nothing, so an experiment's code hash (harness.store.codehash) covers only the kernels it actually imports (a
-Lanczos edit no longer re-keys the trained ViTs, whose closure reaches `attention` only).
+Lanczos edit does not re-key the trained ViTs, whose closure reaches `attention` only).
 """

@@ -1,4 +1,4 @@
-"""Multi-head dot-product self-attention in the conventions of MATH.md §0.
+"""Multi-head dot-product self-attention in the conventions of docs/math.md §0.
 
 Per head l: S_l = X wq_l (X wk_l)^T / sqrt(dh), P_l = softmax_rows(S_l), F(X) = H X + sum_l P_l X VO_l.
 Everything is batched over leading dimensions of X: (n, d) or (..., n, d).
@@ -64,7 +64,7 @@ def check_pair(X: Tensor, w: "AttentionWeights", name: str = "X") -> None:
 
 @dataclass(frozen=True)
 class AttentionWeights:
-    """Weights of one multi-head attention layer (MATH.md §0).
+    """Weights of one multi-head attention layer (docs/math.md §0).
 
     wq, wk, wv: (h, d, dh); wo: (h, dh, d); optional biases bq, bk, bv: (h, dh), bo: (d,).
     """
@@ -194,7 +194,7 @@ class AttentionWeights:
                                 pick(self.bq), pick(self.bk), pick(self.bv), None)
 
     def A(self) -> Tensor:
-        """A_l = wq_l wk_l^T / sqrt(dh): (h, d, d), so S_l = X A_l X^T (MATH.md §0)."""
+        """A_l = wq_l wk_l^T / sqrt(dh): (h, d, d), so S_l = X A_l X^T (docs/math.md §0)."""
         return self.wq @ self.wk.transpose(-1, -2) / math.sqrt(self.dh)
 
     def B(self) -> Tensor:

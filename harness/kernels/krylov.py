@@ -4,7 +4,7 @@ A Gram operator (`GramOperator`) acts on a flat batch V (B, N) and returns (A^T 
 per-operator scale c (B,) chosen so the scaled spectrum is O(1): sigma_max(A) = sqrt(theta) * c. The scale is
 what keeps every finite operator finite (A^T A of ||A|| = 1e200 is 1e400 in float64; of 1e20 in float32, 1e40).
 
-`lanczos` (MATH.md §4, Wu & Simon's thick restart):
+`lanczos` (docs/math.md §4, Wu & Simon's thick restart):
 - reorthogonalization: two classical Gram-Schmidt passes over the basis per step ("twice is enough") when
   N < PARTIAL_MIN_DIM; in larger spaces Simon's partial reorthogonalization in the first cycle and, after a
   restart, the three-term part then one pass (two passes on a cycle's first step). The projected matrix

@@ -1,4 +1,4 @@
-"""The Jacobian of one multi-head attention layer as a batched matrix-free operator, and its norm (MATH.md §3).
+"""The Jacobian of one multi-head attention layer as a batched matrix-free operator, and its norm (docs/math.md §3).
 
 The measured map is the self-attention layer itself, F(X) = sum_l P_l(X) (X wv_l + bv_l) wo_l + bo (biases as
 the weights have them, no residual, no LayerNorm), causally masked when `causal`. Its differential (Lemma C.2
@@ -94,7 +94,7 @@ DENSE_MAX = 384  # n*d up to which lipschitz() builds J_F(X) explicitly (one bat
 def lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
               iters: int = 2000, v0: Optional[Tensor] = None, seed: int = 0, method: str = "lanczos",
               krylov: int = 30, dense_max: int = DENSE_MAX) -> PowerResult:
-    """||J_F(X)|| per sequence (correct estimator, MATH.md §3) for X (..., n, d): PowerResult with (...,) values.
+    """||J_F(X)|| per sequence (correct estimator, docs/math.md §3) for X (..., n, d): PowerResult with (...,) values.
 
     Batched: one operator per leading index, all iterated together. v0: warm start (..., n, d).
     tol=None: TOL in float64, kernels.power.default_tol in lower precision (what the dtype can reach).

@@ -3,7 +3,7 @@
 Both implement harness.kernels.krylov.GramOperator on a flat batch (B, N) and carry a per-operator scale c (B,)
 (a cheap upper bound of the norm), so the scaled Gram spectrum lies in [0, 1] and nothing overflows.
 
-Lemma 2, reduced (MATH.md §1, issue 13): M_l(G) = G wq K^T + Q wk^T G^T depends on G only through G [wq wk].
+Lemma 2, reduced (docs/math.md §1): M_l(G) = G wq K^T + Q wk^T G^T depends on G only through G [wq wk].
 With the QR [wq wk] = U [Rq Rk] (U: d x r orthonormal, r = min(d, 2 dh)) and Z = G U (n x r):
     M_l(G) = Z K'^T + Q' Z^T,  K' = K Rq^T, Q' = Q Rk^T  (n x r),
 and ||G||_F >= ||Z||_F with equality at G = Z U^T, so ||M_l|| is the norm of R: Z -> Z K'^T + Q' Z^T exactly.

@@ -1,4 +1,4 @@
-"""Projected gradient ascent on an l2 (Frobenius) ball, batched with restarts: lower bounds (MATH.md §1)."""
+"""Projected gradient ascent on an l2 (Frobenius) ball, batched with restarts: lower bounds (docs/math.md §1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -102,7 +102,7 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
     within SUSPICIOUS_STEPS products is rerun from a Gaussian start (seed) and the larger value kept
     (`restarted` marks it). A deficient start that converges more slowly is not detected: pass a random start.
     delta (Lanczos, random_start=True only): also return `upper`, an upper estimate holding with probability
-    >= 1 - delta over the start vector (Kuczynski-Wozniakowski, MATH.md §4).
+    >= 1 - delta over the start vector (Kuczynski-Wozniakowski, docs/math.md §4).
     """
     _check_args(iters, tol, on_nonconvergence)
     if tol is None:
@@ -201,7 +201,7 @@ def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float]
 
     X: (n, d) or (B, n, d) (generally (*batch, *event) with `batch_dims` leading batch axes, default X.dim()-2).
     f must treat batch elements independently (every attention layer does). Uses torch.func.jvp for J u
-    (element [1]: element [0] is f(X), the pitfall of the Castin et al. code, MATH.md §3) and a single
+    (element [1]: element [0] is f(X), the pitfall of the Castin et al. code, docs/math.md §3) and a single
     torch.func.vjp linearization for J^T w. Returns (*batch,) values, or (values, PowerResult) if return_info.
     delta (seeded start, v0=None): PowerResult.upper holds with probability >= 1 - delta (krylov.kw_epsilon).
     """
@@ -229,7 +229,7 @@ def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float]
 
 
 def paper_estimator(f: Callable[[Tensor], Tensor], X: Tensor, iters: int = 50, seed: int = 0) -> Tensor:
-    """The estimator of Castin et al.'s public code (MATH.md §3), kept to quantify its bias.
+    """The estimator of Castin et al.'s public code (docs/math.md §3), kept to quantify its bias.
 
     It takes torch.func.jvp(...)[0] (= f(X)) in place of J u, so each step computes v <- J^T f(X) and it
     reports sqrt(||J^T f(X)||) rather than ||J||. Batched like jacobian_norm: (*batch, n, d) -> (*batch,).

@@ -1,4 +1,4 @@
-"""Softmax Jacobian J_sm(p) = diag(p) - p p^T, its exact spectral norm per row, and JaSMin's g_k (MATH.md §2)."""
+"""Softmax Jacobian J_sm(p) = diag(p) - p p^T, its exact spectral norm per row, and JaSMin's g_k (docs/math.md §2)."""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,4 @@
-"""LoFAST Prop. 1 certification of LipTransformer classifiers by propagating eps layer by layer (MATH.md §1).
+"""LoFAST Prop. 1 certification of LipTransformer classifiers by propagating eps layer by layer (docs/math.md §1).
 
 For a stem input u (image or word embeddings) and ||u' - u|| <= eps:
   tokens X0 move by <= L_in eps (L_in = stem Lipschitz constant); each block is LayerProject(1) (1-Lipschitz),
@@ -17,7 +17,7 @@ naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `
 harness.bounds.lofast.delta (tested). Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
 certified=True by default) use the certified upper estimates of zeta and ||M_l|| instead of the Lanczos values
 (which approach the norms from below): each estimate holds with probability >= 1 - lofast.DELTA over the seeded
-Gaussian start (Kuczynski-Wozniakowski, MATH.md §4), so a certificate holds with probability >= 1 - `guarantee`.
+Gaussian start (Kuczynski-Wozniakowski, docs/math.md §4), so a certificate holds with probability >= 1 - `guarantee`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Hugging Face text models (MiniLM, BERT, GPT-2) as AttentionWeights plus the exact self-attention inputs X.
 
 Loading lives in harness.models.text (model_source, load, capture); this module maps a loaded model to
-AttentionWeights and hooks its layers. Conventions (MATH.md §0): x -> x W on row vectors, heads contiguous
+AttentionWeights and hooks its layers. Conventions (docs/math.md §0): x -> x W on row vectors, heads contiguous
 on the projection's output axis.
 BERT/MiniLM (post-LN): X = hidden state entering the layer; F(X) = attention.output.dense(attention.self(X)),
 i.e. before dropout, residual and LayerNorm. GPT-2 (pre-LN): X = ln_1 output; F(X) = attn(X) = c_proj(...),
@@ -70,7 +70,7 @@ def n_layers(model) -> int:
 
 # ---- weights ------------------------------------------------------------------------------------------------
 def attention_weights(model, layer: int, dtype=torch.float64) -> AttentionWeights:
-    """AttentionWeights (with biases) of a layer's self-attention, equal to the model's map (MATH.md §0).
+    """AttentionWeights (with biases) of a layer's self-attention, equal to the model's map (docs/math.md §0).
 
     The model's score scaling is folded into wq, bq so that scores = q k^T / sqrt(dh) as in the kernels.
     BERT: nn.Linear weight (out, in) acts as x W^T. GPT-2: Conv1D weight (in, out) acts as x W; c_attn's

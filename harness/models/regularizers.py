@@ -1,4 +1,4 @@
-"""Training regularizers on a ViT's attention: JaSMin_k (MATH.md §2, eqs. 8-9) and the Specformer penalty.
+"""Training regularizers on a ViT's attention: JaSMin_k (docs/math.md §2, eqs. 8-9) and the Specformer penalty.
 
 A regularizer is called as `reg(model, probs)` with probs the per-layer attention maps [(B, h, n, n)] of the
 current batch (from ViT.forward(x, return_attn=True)) and returns lambda * penalty (a scalar). `needs_attn`

