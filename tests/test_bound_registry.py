@@ -13,7 +13,7 @@ from harness.kernels.power import dense_jacobian
 
 DT = torch.float64
 BUILTIN = {"truth", "kim", "castin", "jasmin", "jasmin_g1", "lofast_fine", "lofast_coarse", "lofast_sharp",
-           "lofast_naive"}
+           "lofast_naive", "lofast_refined"}
 
 
 def _case(seed=0, B=2, n=5, d=8, h=2, bias=True, radius=3.0, scale=1.5):

@@ -1,12 +1,17 @@
 """`attnlip analyze`: every bound and the truth for a model and its inputs. Entry point: main(argv) -> exit status
-(0: done and every bound sound; 1: some bound below the truth (unsound), named in summary.md; 2: usage error)."""
+(0: done and every bound sound; 1: some bound below the truth (unsound), named in summary.md; 2: usage error).
+
+Every option is checked before computing (harness.analyze.validate): a user mistake prints one line naming the
+option and its fix on stderr and exits 2, never a traceback and never a silently different analysis."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import List, Optional
 
+from harness.analyze import validate
 from harness.errors import MissingData
 
 EPILOG = """examples:
@@ -22,24 +27,29 @@ def parser() -> argparse.ArgumentParser:
                                 description="Local Lipschitz bounds of every attention layer and head of a model "
                                             "at its inputs, beside the true ||J(X)||.")
     p.add_argument("--model", required=True, help="alias (minilm, tiny-bert, tiny-gpt2), save_pretrained folder "
-                                                  "or a Hugging Face name in the local cache")
+                                                  "or a Hugging Face hub name (cached, else downloaded unless "
+                                                  "HF_HUB_OFFLINE=1)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", action="append", help="a text (repeatable; several are batched with padding)")
     src.add_argument("--text-file", help="one text per line")
     src.add_argument("--dataset", help="NAME_OR_FILES[:split] through Hugging Face datasets (sst2, ag_news offline)")
     src.add_argument("--images", help="ViT: folder of PNG/JPEG images or a .npy batch")
-    p.add_argument("--samples", type=int, default=None, help="analyze K inputs (dataset rows drawn with --seed; "
-                                                             "the first K texts/images otherwise)")
-    p.add_argument("--max-tokens", type=int, default=128, help="truncate texts to N tokens (default 128)")
-    p.add_argument("--layers", default=None, help="comma-separated layer indices (default all)")
+    p.add_argument("--samples", type=int, default=None, help="analyze K >= 1 inputs (dataset rows drawn with "
+                                                             "--seed; the first K texts/images otherwise)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help=f"truncate texts to N tokens (default {validate.DEFAULT_MAX_TOKENS}, or the model's "
+                        "positions if fewer); N beyond the model's positions is refused")
+    p.add_argument("--layers", default=None, help="comma-separated layer indices (default all); negative indices "
+                                                  "count from the last layer, as in Python (-1 = the last)")
     p.add_argument("--out", default=None, help="output folder (table.csv/.parquet, figures, summary.md, report.json)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps; must be available here")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
-    p.add_argument("--eps", type=float, default=1e-2, help="radius of Theorem 1's delta and PGD (0: skip them)")
+    p.add_argument("--eps", type=float, default=1e-2, help="radius >= 0 of Theorem 1's delta and PGD (0: skip "
+                                                           "them)")
     p.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
                    help="a plug-in bound f(X, w[, causal]) -> per-head (..., h) values (repeatable)")
     p.add_argument("--methods", default=None, help="comma-separated registry bounds to evaluate (default all)")
-    p.add_argument("--pgd-steps", type=int, default=20)
+    p.add_argument("--pgd-steps", type=int, default=20, help="PGD steps >= 0 (0: skip PGD)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -52,9 +62,15 @@ def _inputs(a, model_spec, device):
     if a.text:
         texts = a.text
     elif a.text_file:
+        if not os.path.isfile(a.text_file):
+            raise validate.UsageError("--text-file", f"{a.text_file!r} is not a file", "give the path of a text "
+                                                                                       "file, one text per line")
         texts = I.read_text_file(a.text_file)
+        validate.check_texts(texts, "--text-file", f"{a.text_file!r}")
     elif a.dataset:
-        return I.load_dataset_texts(a.dataset, k or 1, a.seed)
+        texts = I.load_dataset_texts(a.dataset, k or 1, a.seed)
+        validate.check_texts(texts, "--dataset", f"dataset {a.dataset!r}")
+        return texts
     else:
         model, _, _ = I.load_model(model_spec, device)
         size = getattr(model.config, "image_size", 224)
@@ -68,21 +84,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "analyze":
         argv = argv[1:]
-    a = parser().parse_args(argv)
+    a = parser().parse_args(argv)  # exits 2 itself on a malformed command line
     from harness.analyze import core, report
 
     try:
-        layers = None if a.layers is None else [int(x) for x in a.layers.split(",") if x.strip()]
+        validate.check_options(a)
+        layers = None if a.layers is None else validate.parse_layers(a.layers)
         methods = None if a.methods is None else [m.strip() for m in a.methods.split(",") if m.strip()]
         inputs = _inputs(a, a.model, a.device)
         tm = {}
         t0 = time.perf_counter()
         df = core.analyze(a.model, inputs, layers=layers, dtype=a.dtype, device=a.device, eps=a.eps,
                           methods=methods, bounds=a.bound, max_tokens=a.max_tokens, pgd_steps=a.pgd_steps,
-                          seed=a.seed, progress=not a.no_progress, timings=tm)
-    except (MissingData, ValueError, ImportError, AttributeError, FileNotFoundError) as e:
+                          seed=a.seed, progress=not a.no_progress, timings=tm,
+                          default_max_tokens=validate.DEFAULT_MAX_TOKENS)
+    except (MissingData, ValueError, ImportError, AttributeError, OSError) as e:  # user input, not a bug
         print(f"attnlip analyze: error: {e}", file=sys.stderr)
         return 2
+    for note in df.attrs.get("notices", []):
+        print(f"attnlip analyze: note: {note}", file=sys.stderr)
     meta = dict(df.attrs, total_s=time.perf_counter() - t0, forward_s=tm.get("forward_s"),
                 layer_s=tm.get("layers_s"))
     print(report.layer_table(df))

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 import torch
 
+from harness.analyze import validate
 from harness.analyze.inputs import load_model, model_inputs
 from harness.bounds import castin, lofast, registry
 from harness.bounds.input_state import InputState
@@ -43,7 +44,7 @@ EXTRA = {  # methods computed here beside the registry: name -> (scope, kind, bo
 
 class AnalyzeState(InputState):
     """bounds.input_state.InputState whose Lanczos truths start from a Gaussian drawn before looking, so they also carry
-    the Kuczynski-Wozniakowski certified upper estimate (probability >= 1 - delta over the start; MATH.md §4)."""
+    the Kuczynski-Wozniakowski certified upper estimate (probability >= 1 - delta over the start; docs/math.md §4)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
                  delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
@@ -199,33 +200,50 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
             bounds: Sequence[Union[str, Callable]] = (), entry_points: bool = True, max_tokens: Optional[int] = None,
             pgd_steps: int = 20, pgd_restarts: int = 1, delta: float = 1e-6, tol: Optional[float] = None,
             iters: int = 2000, certify_steps: int = 24, seed: int = 0, progress: bool = False,
-            timings: Optional[dict] = None):
+            timings: Optional[dict] = None, default_max_tokens: Optional[int] = None):
     """Every registered bound + the truth for each requested layer and head of `model` at `inputs`: a DataFrame.
 
     model: a torch module (Hugging Face BERT/RoBERTa/DistilBERT/ALBERT/ELECTRA/GPT-2/ViT, or any module using
     torch.nn.MultiheadAttention as self-attention), an alias ("minilm"), a save_pretrained folder or a cached
     hub name. inputs: a text or list of texts (batched, right padding; needs `tokenizer` unless the model came
     by name), a dict of model keyword arguments, a pixel_values tensor (ViT) or the module's positional input.
-    layers: indices (default all). dtype/device: where the bounds are computed (the forward pass runs in the
+    layers: indices (default all; negative ones count from the last layer, -1 = the last; out of range is an
+    error). max_tokens: truncation length of texts (and token-id inputs); more than the model's positions is an
+    error; None: default_max_tokens (None: no limit), capped at the model's positions with a notice in
+    df.attrs["notices"]. dtype/device: where the bounds are computed (the forward pass runs in the
     model's own weights). eps: Theorem 1's radius for lofast_delta and pgd (0 skips them). methods: registry
     names and EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added
     to the registry and checked against the truth. delta: failure probability of truth_upper; certify_steps: Lanczos
     products before the truths may stop (a longer first Krylov cycle tightens truth_upper). `timings`, if given, is
     filled with wall times (forward, per layer, total).
+    A user mistake (layer out of range, empty text, a tokenizer that is not the model's, an unavailable device,
+    eps < 0, ...) raises validate.UsageError (a ValueError) before anything is computed.
     """
     import pandas as pd
 
     t0 = time.perf_counter()
     dt = DTYPES[dtype] if isinstance(dtype, str) else dtype
-    dev = torch.device(device)
+    dev = validate.check_device(device)
+    validate.check_numbers(eps, pgd_steps)
+    notices: List[str] = []
     plugin_names = [register_plugin(b) for b in bounds]
     if entry_points:
         plugin_names += entry_point_plugins()
     mdl, tok, source = load_model(model, dev)
     adapter = adapter_for(mdl)
-    call, mask, labels = model_inputs(mdl, inputs, tokenizer or tok, max_tokens, dev)
     L = adapter.n_layers
-    layers = list(range(L)) if layers is None else [int(l) % L for l in layers]
+    layers = validate.resolve_layers(layers, L)
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    is_text = isinstance(texts, (list, tuple)) and all(isinstance(t, str) for t in texts)
+    if is_text:
+        validate.check_texts(texts, "inputs")
+    tk = tokenizer or tok
+    budget = validate.token_budget(max_tokens, default_max_tokens, mdl, tk if is_text else None, notices)
+    if is_text:
+        validate.require_tokenizer(tk)
+    call, mask, labels = model_inputs(mdl, texts, tk, budget, dev)
+    if is_text:
+        validate.check_tokenizer(mdl, tk, call["input_ids"], mask, notices)
     got = adapter.capture(call, layers)["inputs"]
     causal = adapter.causal
     mask = mask if mask is not None else adapter.padding_mask
@@ -248,10 +266,17 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
         w = adapter.layer_weights(l, dt).to(device=dev)
         for ln, idx in groups.items():
             X = got[l][idx, :ln].to(device=dev, dtype=dt)  # (G, n_b, d): the real tokens only
-            s = AnalyzeState(X, w, causal, tol, iters, delta, seed, certify_steps)
-            ev = registry.evaluate(X, w, causal, names=names, state=s)
             meta = [dict(input=b, text=_short(labels[b] if b < len(labels) else f"input {b}"), n_tokens=ln,
                          layer=l) for b in idx]
+            amap = adapter.attention_map(l, ln, dt, dev)
+            if amap is not None:  # position terms in the scores (RoPE, relative biases): harness.analyze.modern
+                from harness.analyze import modern
+
+                rows += modern.rows(X, amap, names, meta, eps, pgd_steps, pgd_restarts, seed, methods,
+                                    dict(tol=tol, iters=iters, delta=delta, seed=seed, certify_steps=certify_steps))
+                continue
+            s = AnalyzeState(X, w, causal, tol, iters, delta, seed, certify_steps)
+            ev = registry.evaluate(X, w, causal, names=names, state=s)
             for r in ev.rows():
                 r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
                 rows.append(r)
@@ -259,12 +284,14 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
             rows += _rows_extra(s, ev, extra, meta)
         per_layer[l] = time.perf_counter() - tl
     cols = ["input", "text", "n_tokens", "layer", "head", "scope", "method", "kind", "bounds", "value", "truth",
-            "ratio", "converged", "guaranteed", "sound", "user"]
+            "ratio", "converged", "guaranteed", "sound", "user", "note"]
     df = pd.DataFrame(rows, columns=cols).sort_values(["input", "layer", "head", "method"], kind="stable")
+    df["note"] = df["note"].fillna("")  # "n/a: <reason>" where a bound is not proven for the layer's map
     df = df.reset_index(drop=True)
     df.attrs.update(model=str(model) if not isinstance(model, torch.nn.Module) else type(model).__name__,
                     source=source, architecture=adapter.name, causal=causal, dtype=str(dt).replace("torch.", ""),
-                    device=str(dev), eps=eps, delta=delta, layers=layers, n_layers=L, plugins=plugin_names)
+                    device=str(dev), eps=eps, delta=delta, layers=layers, n_layers=L, plugins=plugin_names,
+                    max_tokens=budget, notices=notices)
     if timings is not None:
         timings.update(forward_s=t_fwd, layers_s=per_layer, total_s=time.perf_counter() - t0)
     return df

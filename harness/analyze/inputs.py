@@ -6,6 +6,7 @@ Texts are tokenized as one right-padded batch (padding masks), truncated to `max
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -13,7 +14,7 @@ import torch
 
 from harness.data import paths
 from harness.errors import DataNotFound
-from harness.models import text as text_models
+from harness.models import hub, text as text_models
 
 SHIPPED = {  # dataset name -> (builder, files relative to the data root by split, text columns)
     "sst2": ("csv", {"train": "sst2/train.tsv", "validation": "sst2/dev.tsv", "dev": "sst2/dev.tsv"},
@@ -26,27 +27,40 @@ BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".t
 
 def load_model(spec, device="cpu"):
     """(model, tokenizer or None, source string). spec: a torch module (returned as is), an alias ("minilm",
-    "tiny-bert", "tiny-gpt2"; harness.models.text), a local folder saved with save_pretrained, or a hub name
-    present in the local Hugging Face cache. Weights are loaded with attn_implementation="eager"."""
+    "tiny-bert", "tiny-gpt2"; harness.models.text), a local folder saved with save_pretrained, or a Hugging Face
+    hub name (the local hub cache, else downloaded unless HF_HUB_OFFLINE is set; harness.models.hub). Weights are
+    loaded with attn_implementation="eager"."""
     if isinstance(spec, torch.nn.Module):
         return spec.eval(), None, f"module:{type(spec).__name__}"
     name = str(spec)
     if os.path.isdir(name):
         from transformers import AutoModel, AutoTokenizer
 
-        model = AutoModel.from_pretrained(name, attn_implementation="eager", local_files_only=True).to(device).eval()
-        try:
-            tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
-        except Exception:
-            tok = None
+        if not (Path(name) / "config.json").is_file():
+            raise DataNotFound(f"--model {name!r} is a folder without config.json, so no model can be built from it."
+                               " Fix: save the model there with model.save_pretrained(DIR) and its tokenizer with "
+                               "tokenizer.save_pretrained(DIR)")
+
+        model = AutoModel.from_pretrained(name, attn_implementation="eager").to(device).eval()
+        tok = AutoTokenizer.from_pretrained(name) if hub.has_tokenizer(name) else None
         return model, tok, f"folder:{Path(name).resolve()}"
     low = name.lower()
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name:  # a path, not a hub name
+        raise DataNotFound(f"--model {name!r}: no such folder. Fix: give the folder written by "
+                           f"model.save_pretrained(DIR), an alias ({', '.join(('minilm', *text_models.TINY))}), or a "
+                           "hub name such as sentence-transformers/all-MiniLM-L6-v2")
     pretrained = False if low in text_models.TINY else True
     try:
         tm = text_models.load(name, pretrained=pretrained, device=device)
     except DataNotFound as e:
-        raise DataNotFound(f"model {name!r}: not an alias ({', '.join(('minilm', *text_models.TINY))}), not a "
-                           f"folder, and not in the local Hugging Face cache ({e})") from e
+        if low in text_models.MINILM_ALIASES:
+            raise
+        why = re.sub(r";?\s*pass pretrained=.*$", "", str(e))  # drop the Python-API hint of harness.models.text
+        get = f"a hub name after `{e.fix}` with network access" if e.fix else "a hub name in the local cache"
+        raise DataNotFound(f"--model {name!r} is not an alias ({', '.join(('minilm', *text_models.TINY))}), not a "
+                           f"local folder, and not an available hub model ({why}). Fix: pass --model minilm, a "
+                           "folder written by model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), or "
+                           f"{get}", fix=e.fix) from e
     return tm.model, tm.tokenizer, tm.source
 
 

@@ -11,7 +11,8 @@ import numpy as np
 
 SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin", "jasmin": "JaSMin",
          "jasmin_g1": "JaSMin-g1", "lofast_fine": "LoF-fine", "lofast_coarse": "LoF-coarse",
-         "lofast_sharp": "LoF-sharp", "lofast_naive": "LoF-naive", "lofast_delta": "LoF-delta", "pgd": "PGD"}
+         "lofast_sharp": "LoF-sharp", "lofast_refined": "LoF-refined", "lofast_naive": "LoF-naive",
+         "lofast_delta": "LoF-delta", "pgd": "PGD"}
 
 
 def _layer_methods(df) -> List[str]:
@@ -50,6 +51,8 @@ def layer_table(df) -> str:
             kind = dl[dl["method"] == m]["kind"].iloc[0]
             worst = r.min() if kind == "lower" else r.max()
             cell = f"{r.median():.3g}" + (f"/{worst:.3g}" if many else "")
+            if r.isna().all():
+                cell = "n/a"  # not proven for this layer's map; the reason is listed under the table
             if not dl[dl["method"] == m]["sound"].all():
                 cell += "!"
             row.append(cell)
@@ -57,12 +60,32 @@ def layer_table(df) -> str:
     w = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]
     fmt = lambda r: "  ".join(c.rjust(w[i]) for i, c in enumerate(r))
     note = "ratio = bound / true ||J|| of the layer" + (" (median/worst over inputs)" if many else "")
-    return "\n".join([note + "; '!' = below the truth somewhere (unsound)", fmt(head), *map(fmt, lines)])
+    na = d[d["note"].str.startswith("n/a")] if "note" in d else d.iloc[:0]
+    why = [f"n/a {SHORT.get(m, m)}: {g['note'].iloc[0][5:]}" for m, g in na.groupby("method", sort=False)
+           if m in methods]
+    return "\n".join([note + "; '!' = below the truth somewhere (unsound)", fmt(head), *map(fmt, lines), *why])
+
+
+def _log_ticks(lo: float, hi: float) -> List[float]:
+    """Colour-bar ticks for a log scale on [lo, hi]: the values 1, 2, 5 x 10^k inside (at most ~6 of them), else
+    4 geometrically spaced values (a narrow range such as 1.07-1.09)."""
+    e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for subs in ((1, 2, 5), (1, 3), (1,)):
+        t = [k * 10.0 ** e for e in range(e0, e1 + 1) for k in subs if lo <= k * 10.0 ** e <= hi]
+        if 2 <= len(t) <= 6:
+            return t
+    if len(t) > 6:
+        step = math.ceil(len(t) / 6)
+        return t[::step]
+    return list(np.geomspace(lo, hi, 4))
 
 
 def heatmap(df, path) -> None:
-    """Layers x heads, log10 ratio (median over inputs) per head-scope upper bound."""
+    """Layers x heads, ratio bound / true ||J_head|| (median over inputs) per head-scope upper bound, each panel on
+    its own log colour scale and colour bar: one scale shared by bounds 1e1 and 1e9 x the truth would paint every
+    tight bound the same colour. Panel titles give the median and the range of the ratio."""
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
 
     d = df[(df["scope"] == "head") & (df["kind"] == "upper")]
     methods = list(dict.fromkeys(d["method"]))
@@ -70,22 +93,35 @@ def heatmap(df, path) -> None:
         return
     cols = min(4, len(methods))
     rows = math.ceil(len(methods) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols + 1, 2.6 * rows + 0.8), squeeze=False,
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.5, 2.9 * rows + 0.8), squeeze=False,
                              constrained_layout=True)
     med = d.groupby(["method", "layer", "head"])["ratio"].median()
-    fin = np.log10(med[np.isfinite(med) & (med > 0)])
-    lo, hi = (float(fin.min()), float(fin.max())) if len(fin) else (0.0, 1.0)
     for ax, m in zip(axes.flat, methods):
         t = med[m].unstack("head")
-        im = ax.imshow(np.log10(t.values.clip(1e-12)), aspect="auto", cmap="viridis", vmin=lo, vmax=hi)
-        ax.set_title(SHORT.get(m, m), fontsize=9)
+        v = t.values.astype(float)
+        fin = v[np.isfinite(v) & (v > 0)]
+        name = SHORT.get(m, m)
+        if not len(fin):
+            ax.set_title(f"{name}: no finite ratio", fontsize=9)
+            ax.axis("off")
+            continue
+        lo, hi = float(fin.min()), float(fin.max())
+        if hi < lo * 1.02:  # (near) constant: widen so the colour bar has a range
+            lo, hi = lo / 1.01, hi * 1.01
+        im = ax.imshow(np.ma.masked_invalid(np.where(v > 0, v, np.nan)), aspect="auto", cmap="viridis",
+                       norm=LogNorm(vmin=lo, vmax=hi))
+        ax.set_title(f"{name}: median {np.median(fin):.3g}x ({fin.min():.3g}-{fin.max():.3g})", fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_yticks(range(len(t.index)), [str(i) for i in t.index])
+        cb = fig.colorbar(im, ax=ax)
+        cb.set_ticks(_log_ticks(lo, hi), labels=[f"{x:.3g}" for x in _log_ticks(lo, hi)], minor=False)
+        cb.ax.minorticks_off()
+        cb.ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
-    fig.colorbar(im, ax=axes.ravel().tolist(), label="log10(bound / true ||J_head||)")
-    fig.suptitle("Per-head tightness: bound / true local Lipschitz constant (median over inputs)", fontsize=10)
+    fig.suptitle("Per-head tightness: bound / true local Lipschitz constant of the head (median over inputs; "
+                 "log colour scale, one per panel)", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -95,19 +131,24 @@ STYLES = [dict(color=c, ls=ls, marker=mk, ms=4) for ls, mk in (("-", "o"), ("--"
 
 
 def layer_plot(df, path) -> None:
-    """Value per layer (median over inputs) of every layer-scope bound beside the truth, log scale."""
+    """Ratio bound / true ||J_F(X)|| per layer (median over inputs) of every layer-scope method, log scale: the
+    same numbers as layer_table (and the README's table); the truth is the line at 1."""
     import matplotlib.pyplot as plt
 
     d = df[df["scope"] == "layer"]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for i, m in enumerate(_layer_methods(df)):
-        s = d[d["method"] == m].groupby("layer")["value"].median()
-        style = dict(color="black", lw=2.5) if m == "truth" else STYLES[i % len(STYLES)]
-        ax.plot(s.index, s.values, label=SHORT.get(m, m), **style)
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.axhline(1.0, color="black", lw=2.5, label="truth (= 1)")
+    for i, m in enumerate(x for x in _layer_methods(df) if x != "truth"):
+        s = d[d["method"] == m].groupby("layer")["ratio"].median()
+        s = s[np.isfinite(s) & (s > 0)]
+        if len(s):
+            ax.plot(s.index, s.values, label=SHORT.get(m, m), **STYLES[i % len(STYLES)])
     ax.set_yscale("log")
     ax.set_xlabel("layer")
-    ax.set_ylabel("local Lipschitz bound (median over inputs)")
-    ax.set_title("Attention layers: bounds vs the true ||J_F(X)||")
+    ax.set_xticks(sorted(set(d["layer"])))
+    ax.set_ylabel("bound / true ||J_F(X)|| (median over inputs)")
+    ax.set_title("Attention layers: each bound as a multiple of the true local Lipschitz constant")
+    ax.grid(True, which="major", axis="y", alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -122,7 +163,8 @@ def summary_md(df, meta: dict) -> str:
              f"- inputs: {df['input'].nunique()}, tokens per input: {sorted(set(df['n_tokens']))}",
              f"- layers: {meta.get('layers')}, dtype {meta.get('dtype')}, device {meta.get('device')}, "
              f"eps = {meta.get('eps')}, delta = {meta.get('delta')}",
-             f"- wall time: {meta.get('total_s', float('nan')):.1f} s", ""]
+             f"- wall time: {meta.get('total_s', float('nan')):.1f} s"]
+    lines += [f"- note: {n}" for n in meta.get("notices") or []] + [""]
     if len(bad):
         names = sorted(set(bad["method"]))
         lines += [f"## UNSOUND: {', '.join(names)}", "",
@@ -141,7 +183,8 @@ def summary_md(df, meta: dict) -> str:
         lines.append(f"| {m} | {sc} | {kind} | {bounds} | {g['ratio'].median():.4g} | {worst:.4g} |")
     lines += ["", "## Per layer", "", "```", layer_table(df), "```", "",
               f"Per-head distribution over inputs: distribution.csv ({len(dist)} rows). "
-              "Figures: heatmap.png (layers x heads), layers.png."]
+              "Figures: heatmap.png (layers x heads, ratio per head-level bound, one log colour scale per panel), "
+              "layers.png (the ratios of the table above per layer)."]
     return "\n".join(lines) + "\n"
 
 

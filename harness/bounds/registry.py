@@ -6,7 +6,7 @@ whether it supports a causal mask, and, where it only holds in some regime, a `g
 (...,) bool. Consumers (bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over
 `bounds()` instead of keeping their own lists; `register_bound` adds a user's bound the same way.
 
-The maps (MATH.md §0), at an input X (..., n, d) with AttentionWeights w (biases as w has them):
+The maps (docs/math.md §0), at an input X (..., n, d) with AttentionWeights w (biases as w has them):
     head map   f_l(X) = P_l(X) (X wv_l + bv_l) wo_l                    (scope "head")
     layer map  F(X)   = sum_l f_l(X) + bo   (+ X when residual)       (scope "layer")
 A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer
@@ -37,6 +37,16 @@ SCOPES = ("head", "layer")
 KINDS = ("upper", "lower", "exact")
 HEAD_MAP = "f_l(X) = P_l(X) (X wv_l + bv_l) wo_l"
 LAYER_MAP = "F(X) = sum_l f_l(X) + bo"
+# Score terms of current architectures (harness.models.adapters_modern). Grouped- and multi-query attention need
+# none: repeating each key/value head for the query heads it serves gives the same map in the standard form.
+FEATURES = {"rope": "rotary position embeddings (scores x_i W_Q R_(j-i) W_K^T x_j)",
+            "score_bias": "an additive relative position bias on the scores (T5)",
+            "rel_pos": "content-to-position / position-to-content score terms (DeBERTa)"}
+# Proven for every score map s_l(X): with P_l = softmax(s_l(X)) and V'_l = (X wv_l + bv_l) wo_l,
+# dF = sum_l P_l dX wv_l wo_l + sum_l dP_l V'_l and ||dP_l||_F <= 1/2 ||J_{s_l}(X)|| ||dX||_F (each row's softmax
+# Jacobian diag(p) - p p^T has norm <= 1/2), so ||J_F|| <= zeta(P) + 1/2 sum_l ||J_{s_l}(X)|| ||V'_l||, where the
+# state gives P, zeta and m_l = sqrt(dh) ||J_{s_l}(X)|| of the actual map (harness.analyze.modern.MapState).
+ANY_SCORES = tuple(FEATURES)
 
 
 # ---- the declaration ---------------------------------------------------------------------------------------
@@ -58,6 +68,15 @@ class Bound:
     from_heads: bool = False  # layer value = sum over heads of the head entry of the same name
     note: str = ""
     user: bool = False  # registered through register_bound by a user (a plug-in)
+    proven_for: Tuple[str, ...] = ()  # score FEATURES beyond softmax(q k^T / sqrt(dh)) under which it is proven
+
+    def unproven(self, features: Iterable[str]) -> Optional[str]:
+        """None if the bound is proven for an attention map with these score features, else the reason."""
+        miss = [f for f in features if f not in self.proven_for]
+        if not miss:
+            return None
+        return (f"{self.label} is proven for scores x_i W_Q W_K^T x_j / sqrt(dh) only, not with "
+                + "; ".join(FEATURES[f] for f in miss))
 
     @property
     def key(self) -> Tuple[str, str]:
@@ -108,16 +127,24 @@ def _kim_ok(s: InputState) -> Tensor:
     return kim.guaranteed(s.X, 0.0, augmented=s.w.has_bias)
 
 
-def _lofast_head(m_attr: str, c: float):
+def _refined_c(s: InputState) -> Tensor:
+    """The eps -> 0 per-ball softmax constant: min(1/2, max_ik p_ik) per head (..., h) (lofast_refined at eps 0)."""
+    return s.P.amax((-1, -2)).clamp(max=0.5)
+
+
+def _lofast_head(m_attr: str, c):
+    """c: the softmax constant, a number or a function of the state giving (..., h)."""
     def fn(s: InputState) -> Tensor:  # single-head LoFAST: zeta_l = ||P_l|| ||VO_l|| (Kronecker norm)
-        return s.P_norm * s.VO_norm + c / math.sqrt(s.w.dh) * getattr(s, m_attr) * s.value_norm
+        cc = c(s) if callable(c) else c
+        return s.P_norm * s.VO_norm + cc / math.sqrt(s.w.dh) * getattr(s, m_attr) * s.value_norm
 
     return fn
 
 
-def _lofast_layer(m_attr: str, c: float):
+def _lofast_layer(m_attr: str, c):
     def fn(s: InputState) -> Tensor:  # = lofast.lipschitz_upper(residual=False)
-        return s.zeta + c / math.sqrt(s.w.dh) * (getattr(s, m_attr) * s.value_norm).sum(-1)
+        cc = c(s) if callable(c) else c
+        return s.zeta + (cc / math.sqrt(s.w.dh) * getattr(s, m_attr) * s.value_norm).sum(-1)
 
     return fn
 
@@ -128,6 +155,7 @@ def _lofast_naive_layer(s: InputState) -> Tensor:  # eq. 9 for Delta_1 + the coa
 
 def _builtins() -> None:
     truth = dict(paper="true local Lipschitz constant", label="true ||J(X)|| (Lanczos)", kind="exact",
+                 proven_for=ANY_SCORES,
                  note="kernels.layer operator, restarted Lanczos; within the Lanczos tolerance of the truth")
     _add(Bound("truth", "head", lambda s: s.truth_head, uses=("truth_head",), **truth))
     _add(Bound("truth", "layer", lambda s: s.truth_layer, uses=("truth_layer",), **truth))
@@ -147,9 +175,15 @@ def _builtins() -> None:
         declare(name, "LoFAST (Havens et al.) Thm 1, eps -> 0" + (" with JaSMin Cor. 1's c = 1/2" if c < 1 else ""),
                 label, head=_lofast_head(m, c), layer=_lofast_layer(m, c),
                 uses=("zeta", "m") if m == "m_fine" else ("zeta",),
+                proven_for=ANY_SCORES if m == "m_fine" else (),
                 note="causal: masked P in zeta (ours); the Delta_2 terms stay valid under a mask")
     declare("lofast_naive", "LoFAST (Havens et al.) eq. 9 + coarse Delta_2, eps -> 0", "LoFAST eps->0 (naive)",
             layer=_lofast_naive_layer)
+    declare("lofast_refined", "LoFAST Thm 1, eps -> 0, with the per-row softmax constant min(1/2, max_k p_ik)",
+            "LoFAST eps->0 (refined softmax c)", head=_lofast_head("m_fine", _refined_c),
+            layer=_lofast_layer("m_fine", _refined_c), uses=("zeta", "m"), proven_for=ANY_SCORES,
+            note="||J_sm(p)|| <= min(1/2, max_k p_k) per row (docs/math.md §1); the eps-ball version certifies "
+                 "(harness.bounds.lofast_refined, certify bound 'refined')")
 
 
 _builtins()

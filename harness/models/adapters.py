@@ -1,7 +1,7 @@
 """Architecture adapters: any supported attention model -> AttentionWeights per layer + the exact layer inputs.
 
 An adapter is one small class. It lists the model's self-attention modules in call order (ALBERT: the shared
-module once per application), turns one into AttentionWeights (MATH.md §0, biases kept, the model's score scaling
+module once per application), turns one into AttentionWeights (docs/math.md §0, biases kept, the model's score scaling
 folded into wq, bq), and reads the module's input X from a forward pre-hook. The measured map is the attention
 module's own map before any residual, dropout or LayerNorm:
     BERT / RoBERTa / ELECTRA   X = hidden state entering the layer, F = attention.output.dense(attention.self(X))
@@ -12,6 +12,9 @@ module's own map before any residual, dropout or LayerNorm:
     torch.nn.MultiheadAttention  X = the query (self-attention only), F = the module's output
 Padding: texts are right-padded; the analyzed input of sample b is X[b, :length_b], on which the attention map
 equals the model's on the padded batch (key padding masked; causal rows never see later pads).
+
+Llama / Mistral / Qwen2 (RoPE, GQA), T5 and DeBERTa-v2 are in harness.models.adapters_modern (registered on import
+of this module); their maps carry position terms, given by `attention_map`.
 
 Add an architecture: subclass Adapter, set `name` and `model_types` (HF config.model_type values), implement
 `modules()` and `weights(module)` (and `causal` if the map is masked), then `register_adapter(MyAdapter)`.
@@ -112,6 +115,11 @@ class Adapter:
     def output_module(self, module) -> torch.nn.Module:
         """Module whose forward output is F(X) (the attention module itself by default)."""
         return module
+
+    def attention_map(self, layer: int, n: int, dtype=torch.float64, device=None):
+        """The layer's exact map at n tokens (harness.models.adapters_modern.AttentionMap) where it is not
+        softmax(X wq wk^T X^T / sqrt(dh)) X wv wo as `weights` describes it (RoPE, relative biases); None here."""
+        return None
 
     @property
     def n_layers(self) -> int:
@@ -355,3 +363,6 @@ def lengths(attention_mask: Optional[Tensor], batch: int, n: int) -> List[int]:
     if not torch.equal(m, (ar[None] < ln[:, None]).to(torch.long)):
         raise ValueError("attention_mask must be right padding (ones then zeros); tokenize with padding_side='right'")
     return [int(x) for x in ln]
+
+
+from harness.models import adapters_modern  # noqa: E402,F401 - registers the RoPE / relative-position adapters
