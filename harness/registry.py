@@ -108,6 +108,11 @@ class Experiment:
     # What the compute function honours. The runner refuses anything else before computing (UnsupportedContext).
     dtypes: tuple = ("float64", "float32")
     devices: tuple = ("cpu", "cuda")
+    # `run_all.py --verify` (harness.run.verify): per-column tolerance of a recomputed value against the committed
+    # table, |now - committed| <= tol * max(1, |committed|); keys are column names or globs, "default" the rest,
+    # None leaves a column out (timings). Exact quantities reproduce to rounding; a trained model's to what
+    # determinism gives (bitwise: harness.models.train computes with a fixed thread count).
+    verify_tol: Dict[str, Optional[float]] = {"default": 1e-9}
 
     def check_context(self, dtype: str, device: str) -> None:
         """Raise UnsupportedContext (clear, before computing) if this experiment cannot run in dtype/device."""

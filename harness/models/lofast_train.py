@@ -16,8 +16,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from harness.config import fixed_threads
 from harness.models.lipvit import LipText, LipTransformer, LipViT
-from harness.models.train import accuracy, fit
+from harness.models.train import TRAIN_THREADS, accuracy, fit
 
 KIND = "lofast_model"
 KINDS = ("vit", "text")
@@ -97,13 +98,19 @@ def vocab_size(cfg: Dict[str, Any]) -> Optional[int]:
 # ---- model --------------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=2)
 def minilm_pca_embeddings(d: int) -> torch.Tensor:
-    """MiniLM's (pretrained) word-embedding table projected onto its top-d principal directions: (vocab, d)."""
+    """MiniLM's (pretrained) word-embedding table projected onto its top-d principal directions: (vocab, d).
+
+    pca_lowrank is randomized: it draws from a fixed seed (not from whatever global RNG state the first caller in a
+    process left) and computes with the training's fixed thread count, so a text model's initialization does not
+    depend on which cell ran first or on --threads."""
     from harness.models import text
 
     E = text.load("minilm").model.get_input_embeddings().weight.detach().float()  # (vocab, 384)
-    E = E - E.mean(0)
-    _, _, V = torch.pca_lowrank(E, q=d, center=False, niter=4)
-    return E @ V[:, :d]  # (vocab, d)
+    with torch.random.fork_rng(devices=[]), fixed_threads(TRAIN_THREADS):
+        torch.manual_seed(0)
+        E = E - E.mean(0)
+        _, _, V = torch.pca_lowrank(E, q=d, center=False, niter=4)
+        return E @ V[:, :d]  # (vocab, d)
 
 
 def build(cfg: Dict[str, Any]) -> LipTransformer:

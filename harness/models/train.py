@@ -6,6 +6,12 @@ a constant or cosine learning-rate schedule. JaSMin's ViTs (train_classifier) an
 (harness.models.lofast_train) both train through it. Training runs in the model's dtype on the model's device;
 batches are moved there one at a time.
 
+Same config, same weights, bitwise, on any machine and at any `--threads`/`-j`: `fit` and `predict` compute with
+TRAIN_THREADS torch threads and torch's deterministic algorithms (harness.config.fixed_threads), whatever the
+runner set. Measured on 2 cores: a ViT or LipViT trained with 2 threads differs in its weights from the same
+training with 1 thread (parallel sums split by thread count round differently, and training compounds it), and
+one thread was not slower here (LipViT quick, 94 steps: 3.3 s vs 8.2 s with 2 threads on a shared machine).
+
 train_classifier cfg keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
 model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, schedule ("constant" |
 "cosine", see fit), weight_decay, seed, max_steps (None = all), device ("cpu" | "cuda"; training is float32).
@@ -27,6 +33,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from harness.config import fixed_threads
 from harness.models import regularizers as _regularizers
 from harness.models import vit as _vit
 
@@ -37,6 +44,7 @@ DEFAULTS = {"dataset": "fashion_mnist", "data_root": None, "train_limit": None, 
 
 Data = Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 Inputs = Optional[Callable[[nn.Module, torch.Tensor], torch.Tensor]]
+TRAIN_THREADS = 1  # torch threads of every training and accuracy computation (see the module docstring)
 
 
 def _param(model: nn.Module) -> torch.Tensor:
@@ -55,7 +63,7 @@ def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 512, inputs: In
     was = model.training
     model.eval()
     out = []
-    with torch.no_grad():
+    with torch.no_grad(), fixed_threads(TRAIN_THREADS):
         for i in range(0, len(X), batch_size):
             out.append(model(_batch(model, X[i:i + batch_size], inputs)).argmax(-1).cpu())
     model.train(was)
@@ -77,8 +85,17 @@ def fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batc
     schedule: "constant" or "cosine" (lr * (1 + cos(pi t / T)) / 2 over the T steps). logit_scale: the
     temperature tau of LoFAST's loss (cross-entropy of tau * logits). inputs(model, batch): maps a data batch to
     the model's input. A regularizer with `needs_attn` gets the attention maps of forward(x, return_attn=True).
-    pbar(total=, desc=): a progress-bar factory (e.g. ctx.pbar) or None.
+    pbar(total=, desc=): a progress-bar factory (e.g. ctx.pbar) or None. Runs with TRAIN_THREADS threads.
     """
+    with fixed_threads(TRAIN_THREADS):
+        return _fit(model, X, y, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, weight_decay=weight_decay,
+                    max_steps=max_steps, schedule=schedule, logit_scale=logit_scale, inputs=inputs,
+                    regularizer=regularizer, pbar=pbar)
+
+
+def _fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int, lr: float, seed: int,
+         weight_decay: float, max_steps: Optional[int], schedule: str, logit_scale: float, inputs: Inputs,
+         regularizer, pbar) -> Dict[str, object]:
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
     if schedule not in ("constant", "cosine"):
