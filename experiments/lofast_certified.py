@@ -4,7 +4,8 @@ Each cell trains (or loads) one LipViT configuration (layers, heads, vo_norm = t
 Fashion-MNIST, certifies the first `points` test points by propagating eps layer by layer with Theorem 1 (naive
 eq. 9 / coarse xi / fine exact ||M|| / sharpened softmax 1/2 side by side), computes per-point certified radii
 by bisection, and attacks the same points with l2 PGD at the same radii (empirical robust accuracy, an upper
-bound on certified accuracy). Certificates are float64 whatever the run's dtype (column certificate_dtype);
+bound on certified accuracy). A plug-in ball-change bound (`--bound module:function`, registry.register_plugin)
+certifies beside them, with the same PGD check (`violations`; any is named in the summary and fails the run). Certificates are float64 whatever the run's dtype (column certificate_dtype);
 the model is trained in float32 (see harness.models.lofast_train) and evaluated and attacked in the run's dtype.
 """
 from __future__ import annotations
@@ -29,14 +30,23 @@ class LofastCertified(Experiment):
     name = "lofast_certified"
     figures_ref = ["LoFAST (Havens et al.) Fig. 2"]
     description = "Certified accuracy vs eps of Lipschitz-constrained ViTs (Prop. 1, Theorem 1 propagated)"
-    # the paper's Fig. 2 also varies the patch size: L2-h8-c0.5 at patch 4 (49 patches) and 14 (4 patches) beside 7
+    # the paper's Fig. 2 also varies the patch size: L2-h8-c0.5 at patch 4 and 16 beside 8 (Fashion-MNIST: 4, 14, 7)
+    substitutes = (G.VIT_SUBSTITUTE,)  # CIFAR-10, else Fashion-MNIST (experiments/_lofast_grids.py)
     grid = [{"layers": [1, 2, 2, 2, 2], "heads": [8, 4, 8, 8, 8], "vo_norm": [0.5, 0.5, 0.25, 0.5, 0.75],
              **G.VIT_FULL, **_EVAL},
-            {"layers": [2], "heads": [8], "vo_norm": [0.5], **dict(G.VIT_FULL, patch=[4, 14]), **_EVAL}]
+            {"layers": [2], "heads": [8], "vo_norm": [0.5], **dict(G.VIT_FULL, patch=[4, 16]), **_EVAL}]
     paired = [("layers", "heads", "vo_norm")]
     quick = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_QUICK, "points": [48], "pgd_restarts": [1]}
     test = {"layers": [2], "heads": [8], "vo_norm": [0.5], **G.VIT_TEST, "points": [12], "pgd_steps": [8],
             "pgd_restarts": [1]}
+    # --bound module:function with the attributes scope = "layer", bounds = "ball_change" certifies beside these
+    accepts_bounds = True
+    # the papers' sizes (--scale paper): Fig. 2's architectures on all of CIFAR-10, certified on the whole test set
+    paper = [{"layers": [1, 2, 2, 2, 2], "heads": [8, 4, 8, 8, 8], "vo_norm": [0.5, 0.5, 0.25, 0.5, 0.75],
+              **G.VIT_PAPER, **dict(_EVAL, points=[10000])},
+             {"layers": [2], "heads": [8], "vo_norm": [0.5], **dict(G.VIT_PAPER, patch=[4, 16]),
+              **dict(_EVAL, points=[10000])}]
+    paper_cost = 40  # x the full run's cell time: 62x the training steps and 50x the points, on a GPU
     float32_exempt = ("pgd_acc", "train_seconds")  # PGD and wall-clock time are chaotic under a dtype change
     verify_tol = {"default": 1e-9, "train_seconds": None}  # timings are not reproducible numbers
 

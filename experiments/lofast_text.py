@@ -5,7 +5,8 @@ Same certifiable blocks as the ViT (LayerProject, SLL, ||W^V||, ||W^O|| fraction
 embeddings (PCA to d = 64) and fine-tuned, rows normalized to norm 1 and scaled by embed_scale = 0.25 into the
 trunk, so L_in = 0.25), trained on a subset of the GLUE SST-2 train split, certified on the dev split. No
 attention mask (padding tokens are attended to and may be perturbed, which keeps eq. (3) exact). Certificates
-are float64 whatever the run's dtype (column certificate_dtype).
+are float64 whatever the run's dtype (column certificate_dtype). `--bound` plug-ins of kind ball_change certify
+beside the paper's, as in lofast_certified.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class LofastText(Experiment):
     quick = {"layers": [3], "heads": [4], "vo_norm": [0.5], **G.TEXT_QUICK, "points": [48], "pgd_restarts": [1]}
     test = {"layers": [1], "heads": [4], "vo_norm": [0.5], **G.TEXT_TEST, "points": [12], "pgd_steps": [8],
             "pgd_restarts": [1]}
+    # --bound module:function with the attributes scope = "layer", bounds = "ball_change" certifies beside these
+    accepts_bounds = True
     float32_exempt = ("pgd_acc", "train_seconds")  # PGD and wall-clock time are chaotic under a dtype change
     verify_tol = {"default": 1e-9, "train_seconds": None}  # timings are not reproducible numbers
 

@@ -168,7 +168,7 @@ def test_truth_matches_dense_jacobian_and_upper_bounds_hold(saved, arch):
     assert t[-1] == pytest.approx(float(J), rel=1e-5)
     np.testing.assert_allclose(t.loc[range(4)].values, Jh.numpy(), rtol=1e-5)
     ups = df[(df["kind"] == "upper") & (df["bounds"] == "local") & df["guaranteed"]]
-    assert set(registry.bound_names("upper")) - {"kim"} <= set(ups["method"])
+    assert set(registry.bound_names("upper", what=registry.LOCAL)) - {"kim"} <= set(ups["method"])
     assert (ups["value"] >= ups["truth"] * (1 - 1e-6)).all()
     assert df["sound"].all()
     assert df.attrs["causal"] == (arch == "gpt2")

@@ -7,8 +7,10 @@ Columns: input, n_tokens, layer, head, scope, method, kind (upper / lower / exac
 bounds: "local" = the local Lipschitz constant ||J(X)|| = `truth`; "eps-ball" = sup_{||X'-X||_F <= eps}
 ||F(X') - F(X)||_F / eps; "ball" = Lip(f_l on B_R^n), R = max token norm), value, truth, ratio = value/truth,
 converged, guaranteed, sound, user (a plug-in bound).
-Soundness: a "local" upper bound below the truth (registry.SOUND_RTOL) is unsound; an "eps-ball" upper bound is
-checked against PGD at the same eps, the "ball" lower bound (Prop. 3.4) against Castin's upper bound.
+Soundness (registry.is_sound, the registry's one rule): a "local" upper bound below the truth is unsound; an
+"eps-ball" upper bound is checked against PGD at the same eps, the "ball" lower bound (Prop. 3.4) against Castin's
+upper bound. lofast_delta is the registry's ball-change bound "fine" (Theorem 1, exact ||M_l||, c = 1) / eps;
+plug-ins registered with bounds="ball_change" join it as eps-ball rows, checked against PGD the same way.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from harness.models.adapters import adapter_for, lengths
 Tensor = torch.Tensor
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 ENTRY_POINT_GROUP = "attnlip.bounds"
-EXTRA = {  # methods computed here beside the registry: name -> (scope, kind, bounds, label)
+EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
     "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - delta)"),
     "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
     "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
@@ -103,13 +105,7 @@ def register_plugin(fn: Union[str, Callable]) -> str:
     """Register a user bound ("module:function" or a callable) in the bound registry; returns its name.
     The function takes (X, w) or (X, w, causal=...) and returns per-head (..., h) values, or per-layer (...,) if
     it has an attribute `scope = "layer"`; `bound_name` overrides its name."""
-    if isinstance(fn, str):
-        fn = registry.load_function(fn)
-    name = getattr(fn, "bound_name", None) or getattr(fn, "__name__", "plugin")
-    if name in EXTRA:
-        raise ValueError(f"{name!r} is a method of attnlip analyze: give the plug-in another name")
-    registry.register_bound(fn, name=name, scope=getattr(fn, "scope", "head"), replace=True)
-    return name
+    return registry.register_plugin(fn, reserved=EXTRA)[0].name
 
 
 def entry_point_plugins() -> List[str]:
@@ -140,8 +136,10 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
         out[("truth_upper", scope)] = (s.upper[scope], yes)
     e = float(eps)
     if e > 0 and ok("lofast_delta"):
-        rest = (s.m_fine + w.B_norm() * e) * (s.value_norm + s.VO_norm * e)  # (G, h)
-        out[("lofast_delta", "layer")] = (s.zeta + rest.sum(-1) / math.sqrt(w.dh), yes)
+        out[("lofast_delta", "layer")] = (registry.get("fine", "layer").fn(s, e) / e, yes)
+    for b in registry.bounds(scope="layer", what="ball_change", causal=s.causal or None):  # plug-ins: per eps
+        if e > 0 and b.user and ok(b.name):
+            out[(b.name, "layer")] = (b.fn(s, e) / e, yes)
     if e > 0 and ok("pgd") and pgd_steps > 0 and not s.causal:
         with torch.enable_grad():
             pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
@@ -162,14 +160,15 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
 def _rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Sequence[dict]) -> List[dict]:
     rows = []
     for (name, scope), (val, ok) in extra.items():
-        _, kind, bounds, _ = EXTRA[name]
+        _, kind, bounds, _ = EXTRA.get(name, ("layer", "upper", "eps-ball", name))  # else a ball-change plug-in
         truth = ev.truth(scope).detach().cpu()
         tconv = s.all_converged(["truth_" + scope] + (["zeta", "m"] if name == "lofast_delta" else [])).cpu()
+        user = name not in EXTRA
         val = val.detach().cpu()
         ref = None  # what the soundness of this row is checked against
         if bounds == "local":
             ref = truth
-        elif name == "lofast_delta" and ("pgd", "layer") in extra:
+        elif bounds == "eps-ball" and kind == "upper" and ("pgd", "layer") in extra:
             ref = extra[("pgd", "layer")][0].detach().cpu()
         elif name == "prop34" and ("castin", "head") in ev.values:
             ref = ev.values[("castin", "head")].detach().cpu()
@@ -177,15 +176,11 @@ def _rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Seq
             v_b = val[b].reshape(-1).tolist()
             t_b = truth[b].reshape(-1).tolist()
             for j, v in enumerate(v_b):
-                sound = True
-                if ref is not None and bool(ok[b]):
-                    r = float(ref[b].reshape(-1)[j])
-                    tol = registry.SOUND_RTOL * abs(r)
-                    sound = not (v < r - tol) if kind == "upper" else not (v > r + tol)
+                sound = ref is None or registry.is_sound(kind, v, float(ref[b].reshape(-1)[j]), bool(ok[b]))
                 t = t_b[j]
                 rows.append(dict(meta[b], scope=scope, head=j if scope == "head" else -1, method=name, kind=kind,
                                  bounds=bounds, value=v, truth=t, ratio=v / t if t > 0 else float("nan"),
-                                 converged=bool(tconv[b]), guaranteed=bool(ok[b]), sound=bool(sound), user=False))
+                                 converged=bool(tconv[b]), guaranteed=bool(ok[b]), sound=bool(sound), user=user))
     return rows
 
 

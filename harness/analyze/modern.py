@@ -94,7 +94,7 @@ def split(names: Optional[Iterable[str]], features: Sequence[str], causal: bool
           ) -> Tuple[List[str], Dict[Tuple[str, str], str]]:
     """(registry names proven for these score features, {(name, scope): reason} for the requested others)."""
     ok, na = [], {}
-    for b in registry.bounds(names=None if names is None else list(names), causal=causal or None):
+    for b in registry.bounds(names=None if names is None else list(names), causal=causal or None, what=registry.LOCAL):
         why = b.unproven(features)
         if why is None:
             ok.append(b.name)

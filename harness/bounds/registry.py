@@ -1,6 +1,9 @@
-"""THE list of local Lipschitz bounds of self-attention: every bound is declared once, here.
+"""THE list of bounds of self-attention (local constants, ball constants, eps-ball changes): each declared once, here.
 
-A `Bound` says what it is (name, paper, kind: upper / lower / exact), at which scope it gives values (`head`:
+A `Bound` says what it is (name, paper, kind: upper / lower / exact), what its value bounds (`bounds`: "local",
+the local constant ||J(X)||; "ball", a Lipschitz constant over a ball of inputs around X, hence also the local
+one; "ball_change", the change over an eps-ball, delta(X, eps) >= sup_{||X'-X||_F <= eps} ||F(X') - F(X)||_F,
+whose fn takes (state, eps): what certification propagates), at which scope it gives values (`head`:
 one value per head, (..., h); `layer`: one per multi-head layer, (...,)), which map it bounds (`map`, `residual`),
 whether it supports a causal mask, and, where it only holds in some regime, a `guaranteed(state)` predicate
 (...,) bool. Consumers (bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over
@@ -14,8 +17,7 @@ entries are registered with `from_heads=True`.
 
 `evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing the
 validated and cast inputs, the attention maps P, the weight norms and the power iterations (`InputState`,
-harness.bounds.input_state), and
-returns an `Evaluation` (values, truth, converged and guaranteed flags; `.rows()` gives a tidy table).
+harness.bounds.input_state), and returns an `Evaluation` (values, truth, converged and guaranteed flags; `.rows()` gives a tidy table).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from harness.bounds import castin, jasmin, kim
+from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.plugins import load_function  # noqa: F401 - re-exported (registry.load_function)
@@ -35,6 +38,7 @@ Tensor = torch.Tensor
 
 SCOPES = ("head", "layer")
 KINDS = ("upper", "lower", "exact")
+WHAT = ("local", "ball", "ball_change")  # what a value bounds (see the module docstring)
 HEAD_MAP = "f_l(X) = P_l(X) (X wv_l + bv_l) wo_l"
 LAYER_MAP = "F(X) = sum_l f_l(X) + bo"
 # Score terms of current architectures (harness.models.adapters_modern). Grouped- and multi-query attention need
@@ -69,6 +73,8 @@ class Bound:
     note: str = ""
     user: bool = False  # registered through register_bound by a user (a plug-in)
     proven_for: Tuple[str, ...] = ()  # score FEATURES beyond softmax(q k^T / sqrt(dh)) under which it is proven
+    bounds: str = "local"  # one of WHAT
+    theorem1: Optional[Theorem1Variant] = None  # a Theorem 1 certificate: its ingredients (certification)
 
     def unproven(self, features: Iterable[str]) -> Optional[str]:
         """None if the bound is proven for an attention map with these score features, else the reason."""
@@ -91,6 +97,11 @@ def _add(b: Bound, replace: bool = False) -> Bound:
         raise ValueError(f"bound {b.name!r}: scope must be one of {SCOPES}, got {b.scope!r}")
     if b.kind not in KINDS:
         raise ValueError(f"bound {b.name!r}: kind must be one of {KINDS}, got {b.kind!r}")
+    if b.bounds not in WHAT:
+        raise ValueError(f"bound {b.name!r}: bounds must be one of {WHAT}, got {b.bounds!r}")
+    if b.bounds == "ball_change" and (b.scope != "layer" or b.kind != "upper"):
+        raise ValueError(f"bound {b.name!r}: a ball_change bound is an upper bound with scope 'layer' (the change "
+                         f"of the whole layer over the eps-ball), got kind {b.kind!r}, scope {b.scope!r}")
     if not b.name or not b.name.replace("_", "").isalnum():
         raise ValueError(f"bound name must be a non-empty identifier, got {b.name!r}")
     if b.key in _BOUNDS and not replace:
@@ -163,7 +174,7 @@ def _builtins() -> None:
             head=lambda s: kim.bound(s.X, s.w, 0.0), guaranteed=_kim_ok,
             note="valid where (||X||_F)^2 sqrt(n)(n+1) >= 1 (harness.bounds.kim.guaranteed); norms only")
     declare("castin", "Castin et al. Thm 3.3 / Thm 4.3 (masked)", "Castin Thm 3.3",
-            head=lambda s: castin.bound(s.X, s.w, s.causal),
+            head=lambda s: castin.bound(s.X, s.w, s.causal), bounds="ball",
             note="bound on the ball of radius R = max token norm, hence on the local constant")
     declare("jasmin", "JaSMin (Yudin et al.) Thm 3, exact ||J_sm||", "JaSMin Thm 3 (exact)",
             head=lambda s: jasmin.from_terms(s.jasmin_terms, use_g1=False))
@@ -184,6 +195,11 @@ def _builtins() -> None:
             layer=_lofast_layer("m_fine", _refined_c), uses=("zeta", "m"), proven_for=ANY_SCORES,
             note="||J_sm(p)|| <= min(1/2, max_k p_k) per row (docs/math.md §1); the eps-ball version certifies "
                  "(harness.bounds.lofast_refined, certify bound 'refined')")
+    for name, (variant, label, paper) in VARIANTS.items():  # Theorem 1 at finite eps: the certificates
+        declare(name, paper, label, layer=lambda s, eps, v=variant: v.at_state(s, eps), bounds="ball_change",
+                theorem1=variant, uses=("zeta", "m") if variant.needs_m else ("zeta",),
+                proven_for=ANY_SCORES if variant.needs_m and variant.delta1 == "zeta" else (),
+                note="delta(X, eps) of Theorem 1, certify with harness.models.certify")
 
 
 _builtins()
@@ -192,10 +208,13 @@ _builtins()
 # ---- user bounds --------------------------------------------------------------------------------------------
 def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head", paper: str = "user",
                    label: Optional[str] = None, kind: str = "upper", causal: bool = True,
-                   guaranteed: Optional[Callable] = None, replace: bool = False) -> List[Bound]:
+                   guaranteed: Optional[Callable] = None, replace: bool = False, bounds: str = "local",
+                   residual: bool = False) -> List[Bound]:
     """Add a user's bound: `fn(X, w, causal=False)` returning (..., h) per-head (scope "head") or (...,) per-layer
     (scope "layer") values at X (..., n, d), AttentionWeights w. A per-head upper bound also joins the layer
     scope as the sum over heads. `guaranteed(X, w, causal)` -> (...,) bool, optional. Returns the new entries.
+    bounds="ball_change" (scope "layer"): `fn(X, w, eps, causal=False)` -> (...,) bounds ||F(X') - F(X)||_F over
+    ||X' - X||_F <= eps (eps a number or a (...,) tensor), of F + identity if `residual`; certification uses it.
     `fn` may also be "module:function" (the `--bound` syntax)."""
     if isinstance(fn, str):
         fn = load_function(fn)
@@ -207,9 +226,11 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     takes_causal = "causal" in inspect.signature(fn).parameters
+    if bounds == "ball_change" and scope != "layer":
+        raise ValueError(f"bound {name!r}: a ball_change bound gives the change of the whole layer: use scope='layer'")
 
-    def call(s: InputState) -> Tensor:
-        out = fn(s.X, s.w, causal=s.causal) if takes_causal else fn(s.X, s.w)
+    def call(s: InputState, *eps) -> Tensor:
+        out = fn(s.X, s.w, *eps, causal=s.causal) if takes_causal else fn(s.X, s.w, *eps)
         out = torch.as_tensor(out, dtype=s.X.dtype, device=s.X.device)
         want = (*s.X.shape[:-2], s.w.h) if scope == "head" else tuple(s.X.shape[:-2])
         if tuple(out.shape) != want:
@@ -219,9 +240,24 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
     if not takes_causal and causal:
         causal = False  # a function that cannot see the mask is only declared for unmasked layers
     g = None if guaranteed is None else (lambda s: torch.as_tensor(guaranteed(s.X, s.w, s.causal), device=s.X.device))
-    meta = dict(kind=kind, causal=causal, guaranteed=g, user=True, note=getattr(fn, "__doc__", "") or "")
+    meta = dict(kind=kind, causal=causal, guaranteed=g, user=True, note=getattr(fn, "__doc__", "") or "",
+                bounds=bounds, residual=bool(residual))
     return declare(name, paper, label or name, replace=replace,
                    **({"head": call} if scope == "head" else {"layer": call}), **meta)
+
+
+def register_plugin(fn, replace: bool = True, reserved: Iterable[str] = ()) -> List[Bound]:
+    """Register a plug-in ("module:function" or a callable) as its attributes declare it: `bound_name` (default:
+    the function's name), `scope` ("head" default, or "layer"), `bounds` ("local" default, or "ball_change"),
+    `residual`, `paper`. `reserved`: names the caller keeps for itself (an error names the clash)."""
+    if isinstance(fn, str):
+        fn = load_function(fn)
+    name = getattr(fn, "bound_name", None) or getattr(fn, "__name__", "plugin")
+    if name in set(reserved):
+        raise ValueError(f"plug-in bound {name!r}: the name is taken here; set the function's `bound_name`")
+    return register_bound(fn, name=name, scope=getattr(fn, "scope", "head"), paper=getattr(fn, "paper", "user"),
+                          bounds=getattr(fn, "bounds", "local"), residual=getattr(fn, "residual", False),
+                          replace=replace)
 
 
 def unregister_bound(name: str) -> None:
@@ -234,20 +270,26 @@ def unregister_bound(name: str) -> None:
 
 # ---- queries -------------------------------------------------------------------------------------------------
 def bounds(scope: Optional[str] = None, kind: Optional[str] = None, names: Optional[Iterable[str]] = None,
-           causal: Optional[bool] = None) -> List[Bound]:
-    """Registered bounds in declaration order, filtered by scope, kind, names, causal support."""
+           causal: Optional[bool] = None, what: Optional[Iterable[str]] = None) -> List[Bound]:
+    """Registered bounds in declaration order, filtered by scope, kind, names, causal support and what their
+    values bound (`what`: a subset of WHAT)."""
+    what = None if what is None else ((what,) if isinstance(what, str) else tuple(what))
     names = None if names is None else list(names)
     if names is not None:
         unknown = sorted(set(names) - {k[0] for k in _BOUNDS})
         if unknown:
             raise ValueError(f"unknown bound(s) {unknown}; registered: {bound_names()}")
     return [b for b in _BOUNDS.values() if (scope is None or b.scope == scope) and (kind is None or b.kind == kind)
-            and (names is None or b.name in names) and (causal is None or not causal or b.causal)]
+            and (names is None or b.name in names) and (causal is None or not causal or b.causal)
+            and (what is None or b.bounds in what)]
 
 
-def bound_names(kind: Optional[str] = None) -> List[str]:
-    """Distinct registered names in declaration order."""
-    return list(dict.fromkeys(b.name for b in _BOUNDS.values() if kind is None or b.kind == kind))
+LOCAL = ("local", "ball")  # values that bound the local constant ||J(X)|| (checked against the truth)
+
+
+def bound_names(kind: Optional[str] = None, what: Optional[Iterable[str]] = None) -> List[str]:
+    """Distinct registered names in declaration order (`what`: only those bounding one of these, e.g. LOCAL)."""
+    return list(dict.fromkeys(b.name for b in bounds(kind=kind, what=what)))
 
 
 def get(name: str, scope: str) -> Bound:
@@ -305,9 +347,7 @@ class Evaluation:
                 for j, val in enumerate(vals[s]):
                     tr = truth[s][j]
                     ratio = val / tr if tr > 0 else float("nan")
-                    sound = not (b.kind == "upper" and ok[s] and val < tr * (1 - SOUND_RTOL))
-                    if b.kind == "lower":
-                        sound = not (ok[s] and val > tr * (1 + SOUND_RTOL))
+                    sound = is_sound(b.kind, val, tr, ok[s])
                     out.append(dict(meta, sample=s, scope=scope, head=j if scope == "head" else -1, method=name,
                                     kind=b.kind, value=val, truth=tr, ratio=ratio,
                                     converged=bool(conv[s] and tconv[s]), guaranteed=bool(ok[s]), sound=bool(sound)))
@@ -317,16 +357,27 @@ class Evaluation:
 SOUND_RTOL = 1e-5  # a bound counts as below the truth only beyond the Lanczos truth's relative accuracy
 
 
+def is_sound(kind: str, value: float, reference: float, guaranteed: bool = True) -> bool:
+    """THE soundness rule: False only for a guaranteed upper bound below its reference (the truth for a local or
+    ball bound, PGD at the same eps for a ball-change bound), or a lower bound above it, by more than SOUND_RTOL
+    relative to the reference."""
+    if not guaranteed or kind not in ("upper", "lower"):
+        return True
+    tol = SOUND_RTOL * abs(reference)
+    return not (value < reference - tol) if kind == "upper" else not (value > reference + tol)
+
+
 def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Optional[Iterable[str]] = None,
              scopes: Iterable[str] = SCOPES, tol: Optional[float] = None, iters: int = 2000,
              state: Optional[InputState] = None) -> Evaluation:
     """Every registered bound (or those in `names`; the truth always included) at (X, w), sharing one
-    InputState. Bounds that do not support a causal mask are skipped when causal=True."""
+    InputState. Bounds that do not support a causal mask are skipped when causal=True; ball-change bounds (they
+    need an eps) are evaluated by `ball_changes`."""
     s = state or InputState(X, w, causal, tol, iters)
     names = None if names is None else list(dict.fromkeys(["truth", *names]))
     ev = Evaluation(s)
     all_ok = torch.ones(s.X.shape[:-2], dtype=torch.bool, device=s.X.device)
-    for b in bounds(names=names, causal=s.causal or None):
+    for b in bounds(names=names, causal=s.causal or None, what=LOCAL):
         if b.scope not in scopes:
             continue
         head = (b.name, "head")
@@ -336,3 +387,9 @@ def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Option
         b = get(*key)
         ev.converged[key] = s.all_converged(b.uses if not b.from_heads else get(b.name, "head").uses)
     return ev
+
+
+def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] = None) -> Dict[str, Tensor]:
+    """name -> delta(X, eps) (...,) of every registered ball-change bound (or those in `names`) at `state`."""
+    names = None if names is None else [n for n in names if n in bound_names(what="ball_change")]
+    return {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}

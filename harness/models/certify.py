@@ -8,13 +8,12 @@ For a stem input u (image or word embeddings) and ||u' - u|| <= eps:
   sqrt(2) L_head e_final (Prop. 1). The certified radius is the largest such eps (bisection; delta is
   increasing in eps).
 
-Bounds (`BOUNDS`): "naive" = eq. 9 for Delta_1 + the coarse Delta_2 (the paper's eq. 23 with eq. 9);
-"coarse" = Theorem 1 with xi_l (the paper's practical choice); "fine" = Theorem 1 with the exact ||M_l||
-(beyond the paper at this size); "sharp" = fine with the softmax constant 1/2 (JaSMin Cor. 1); "refined" = fine
-with the per-ball softmax constant c_l(eps) <= 1/2 of harness.bounds.lofast_refined (docs/math.md §1).
-The per-layer terms are computed once per input with harness.bounds.lofast (zeta, m_norms, xi,
-naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `layer_delta` equals
-harness.bounds.lofast.delta (tested). Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
+Bounds: the ball-change bounds of harness.bounds.registry (`BOUNDS`: its built-in Theorem 1 variants naive /
+coarse / fine / sharp / refined, harness.bounds.ball_change; `bound_list()` adds the plug-ins registered with
+bounds="ball_change"). The per-layer terms are computed once per input with harness.bounds.lofast (zeta,
+m_norms, xi, naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `layer_delta` equals
+harness.bounds.lofast.delta (tested). A plug-in is called at the layer input Z with the propagated eps (plus eps
+itself when it bounds the map without the identity: triangle inequality) and trusted as deterministic. Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
 certified=True by default) use the certified upper estimates of zeta and ||M_l|| instead of the Lanczos values
 (which approach the norms from below): each estimate holds with probability >= 1 - lofast.DELTA over the seeded
 Gaussian start (Kuczynski-Wozniakowski, docs/math.md §4), so a certificate holds with probability >= 1 - `guarantee`.
@@ -27,15 +26,28 @@ from typing import Dict, List, Optional
 
 import torch
 
-from harness.bounds import lofast, lofast_refined
+from harness.bounds import lofast, lofast_refined, registry
+from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
 from harness.models.lipvit import LipTransformer, block_inputs
 
 Tensor = torch.Tensor
 
-BOUNDS = ("naive", "coarse", "fine", "sharp", "refined")
-NEEDS_M = ("fine", "sharp", "refined")  # the bounds that use the exact ||M_l||
+BOUNDS = tuple(b.name for b in registry.bounds(scope="layer", what="ball_change") if b.theorem1 is not None)
+NEEDS_M = tuple(b for b in BOUNDS if registry.get(b, "layer").theorem1.needs_m)  # use the exact ||M_l||
+
+
+def bound_list() -> tuple:
+    """The bounds a certificate can use: BOUNDS, then every plug-in registered with bounds="ball_change"."""
+    return tuple(b.name for b in registry.bounds(scope="layer", what="ball_change"))
+
+
+def _ball_bound(bound: str) -> registry.Bound:
+    if bound not in bound_list():
+        raise ValueError(f"unknown bound {bound!r}; choose from {bound_list()} (a plug-in certifies when registered "
+                         "with bounds='ball_change', scope='layer')")
+    return registry.get(bound, "layer")
 
 
 @dataclass
@@ -55,6 +67,8 @@ class LayerTerms:
     m_up: Optional[Tensor] = None  # (B, h) certified upper estimate of ||M_l||
     delta: float = 0.0  # failure probability of each certified estimate (over the seeded Lanczos start)
     rows: Optional[lofast_refined.RowTerms] = None  # per-row softmax terms of the "refined" bound
+    Z: Optional[Tensor] = None  # the layer inputs (B, n, d) and weights, for plug-in ball-change bounds
+    w: Optional[AttentionWeights] = None
 
 
 CERTIFY_EPS = 1e-2  # KW relative eps on the squared norms: the upper estimates are <= 1/sqrt(0.99) x the Ritz values
@@ -83,7 +97,7 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
         b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
         vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, delta=zi.zeta.delta,
-        rows=lofast_refined.row_terms(Z, w) if fine else None)
+        rows=lofast_refined.row_terms(Z, w) if fine else None, Z=Z, w=w)
 
 
 def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False) -> Tensor:
@@ -92,19 +106,19 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
     certified=False: with the Lanczos values of zeta and ||M_l|| (equal to lofast.delta); certified=True: with
     their certified upper estimates (what a certificate must use: Ritz values approach the norms from below).
     """
-    if bound not in BOUNDS:
-        raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
-    if bound in NEEDS_M and (t.m is None or (bound == "refined" and t.rows is None)):
+    b = _ball_bound(bound)
+    v = b.theorem1
+    if v is None:  # a plug-in: trusted as deterministic, so certified changes nothing
+        if t.Z is None or t.w is None:
+            raise ValueError(f"plug-in bound {bound!r} needs the layer inputs: LayerTerms from layer_terms")
+        out = b.fn(InputState(t.Z, t.w), eps)
+        return out if b.residual else out + eps  # F + identity changes by at most delta_F + eps
+    if v.needs_m and (t.m is None or (v.c == "refined" and t.rows is None)):
         raise ValueError(f"bound {bound!r} needs the exact ||M_l||: compute layer_terms with fine=True")
-    if certified and (t.zeta_up is None or (bound in NEEDS_M and t.m_up is None)):
+    if certified and (t.zeta_up is None or (v.needs_m and t.m_up is None)):
         raise ValueError("certified=True needs the certified upper estimates (LayerTerms from layer_terms)")
-    fine_m = t.m_up if certified else t.m
-    m = fine_m if bound in NEEDS_M else t.xi  # (B, h)
-    c = {"sharp": 0.5, "refined": None}.get(bound, 1.0)
-    if c is None:
-        c = lofast_refined.softmax_constant(t.rows, eps)  # (B, h)
-    d1 = t.naive1 if bound == "naive" else (t.zeta_up if certified else t.zeta)  # (B,)
-    return lofast.theorem1(d1, m, t.b, t.xvo, t.vo, t.dh, eps, c)
+    return v.delta(eps, zeta=t.zeta_up if certified else t.zeta, naive1=t.naive1, m_fine=t.m_up if certified else t.m,
+                   xi=t.xi, b=t.b, xvo=t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
 
 
 @dataclass
@@ -129,13 +143,13 @@ class Certificate:
 
     def guarantee_of(self, bound: str) -> float:
         """Failure probability of `bound`'s certificates per input, the union bound over the certified estimates
-        it uses: none for "naive" (eq. 9 and the coarse Delta_2 are deterministic), zeta of every layer for
-        "coarse" (xi is deterministic), zeta and every ||M_l|| for "fine" / "sharp" / "refined" (= `guarantee`)."""
-        if bound not in BOUNDS:
-            raise ValueError(f"unknown bound {bound!r}; choose from {BOUNDS}")
-        if bound == "naive":
+        it uses: none for "naive" (eq. 9 and the coarse Delta_2 are deterministic) and plug-ins (trusted),
+        zeta of every layer for "coarse" (xi is deterministic), zeta and every ||M_l|| for "fine" / "sharp" /
+        "refined" (= `guarantee`)."""
+        v = _ball_bound(bound).theorem1
+        if v is None or not v.estimates:
             return 0.0
-        if bound == "coarse":
+        if v.estimates == "zeta":
             return float(sum(t.delta for t in self.layers))
         return self.guarantee
 

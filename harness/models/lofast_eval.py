@@ -12,9 +12,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.bounds import lofast
+from harness.bounds import lofast, registry
 from harness.kernels.attention import AttentionWeights, attention
-from harness.models.certify import BOUNDS, certify, layer_delta, layer_terms, margins, mnorm_ratio, pgd_attack
+from harness.models.certify import (BOUNDS, bound_list, certify, layer_delta, layer_terms, margins, mnorm_ratio,
+                                    pgd_attack)
 from harness.models.lipvit import LipTransformer, block_inputs
 from harness.models.lofast_train import cfg_from_cell, stem_inputs, test_batch, trained_model
 
@@ -23,7 +24,7 @@ Tensor = torch.Tensor
 # The ViT whose first attention layer the bound studies use: one of lofast_certified's configurations.
 STUDY_VIT = dict(layers=2, heads=8, vo_norm=0.5)
 SOURCES = ("vit", "minilm")
-BOUND_COLUMNS = tuple(f"bound_{b}" for b in BOUNDS)  # naive, coarse, fine, sharp
+BOUND_COLUMNS = tuple(f"bound_{b}" for b in BOUNDS)  # the registry's Theorem 1 certificates
 CERTIFICATE_DTYPE = "float64"
 
 
@@ -147,7 +148,9 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
     (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype. Rows of kind "curve"
     (per bound and eps) and "radius" (per bound and point) share one set of columns: NaN (point and
     violations -1) where a kind has no value. `guarantee`: the bound's certificates hold for an input with
-    probability >= 1 - guarantee over the seeded Lanczos starts (Certificate.guarantee_of; 0 for naive)."""
+    probability >= 1 - guarantee over the seeded Lanczos starts (Certificate.guarantee_of; 0 for naive).
+    Bounds: certify.bound_list(), the paper's and ours, then any plug-in registered with bounds="ball_change"
+    (trusted as deterministic: guarantee 0); `violations` > 0 means a certificate is unsound."""
     cert = certificate(model, batch, y)
     u = stem_inputs(model, batch)
     with torch.no_grad():
@@ -158,16 +161,17 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
                 certificate_dtype=CERTIFICATE_DTYPE, **mnorm_ratio(cert))
     nan = float("nan")
     rows = []
+    names = bound_list()
     for e in map(float, eps_list):
         attack = pgd_attack(model, u, y, e, seed=seed, steps=pgd_steps, restarts=pgd_restarts) if e > 0 else -margin
         robust = (margin > 0) & (attack < 0)
-        for b in BOUNDS:
+        for b in names:
             ok = cert.certified(e, b)
             rows.append(dict(base, kind="curve", bound=b, eps=e, guarantee=cert.guarantee_of(b),
                              clean_acc=float(cert.correct.double().mean()),
                              certified_acc=float(ok.double().mean()), pgd_acc=float(robust.double().mean()),
                              violations=int((ok & ~robust).sum()), point=-1, radius=nan, margin=nan))
-    for b in BOUNDS:  # the same columns on every row (a radius row has no eps: NaN, not the cell's eps list)
+    for b in names:  # the same columns on every row (a radius row has no eps: NaN, not the cell's eps list)
         for i, r in enumerate(cert.radius(b).tolist()):
             rows.append(dict(base, kind="radius", bound=b, eps=nan, guarantee=cert.guarantee_of(b), clean_acc=nan,
                              certified_acc=nan, pgd_acc=nan,
@@ -190,6 +194,15 @@ def certified_cell(arch: str, cell: Dict, ctx, store=None) -> List[dict]:
 
 # ---- App. C.1 ablation ------------------------------------------------------------------------------------------
 ABLATION_PARAMS = ("wq", "wk", "wv", "wo", "X")
+
+
+def _fixed_constant(name: str) -> bool:
+    """A Theorem 1 certificate with Lemma 1's zeta and one fixed softmax constant (coarse, fine, sharp)."""
+    v = registry.get(name, "layer").theorem1
+    return v.delta1 == "zeta" and not isinstance(v.c, str)
+
+
+ABLATION_BOUNDS = tuple(filter(_fixed_constant, BOUNDS))
 
 
 def perturb(t: Tensor, r: float, g: torch.Generator) -> Tensor:
@@ -216,7 +229,7 @@ def ablation_rows(w: AttentionWeights, X: Tensor, param: str, eps: float, rel_si
                 ws[param] = perturb(ws[param], r, g)
             with torch.no_grad():
                 t = layer_terms(Xs[None], AttentionWeights(**ws), residual=True)  # Theorem 1 terms once
-            for b in ("coarse", "fine", "sharp"):
+            for b in ABLATION_BOUNDS:
                 rows.append(dict(param=param, rel_size=r, sample=s, variant=b, eps=float(eps),
                                  bound=float(layer_delta(t, e, b)[0]), zeta=float(t.zeta[0]),
                                  converged=bool(t.converged[0])))
