@@ -6,13 +6,16 @@ import math
 from typing import Dict, List
 
 
+PLUGIN_LABELS = {"jasmin_appc": "JaSMin App. C (sqrt(N) order, plug-in)"}
+
+
 def _labels(table) -> Dict[str, str]:
     """method -> label, registry order first, then any other method in the table (e.g. a plug-in)."""
     from harness.bounds import registry
 
     lab = {k: v for k, v in registry.labels().items() if k != "truth"}
     for m in dict.fromkeys(table["method"]):
-        lab.setdefault(m, m)
+        lab.setdefault(m, PLUGIN_LABELS.get(m, m))
     return {k: v for k, v in lab.items() if k in set(table["method"])}
 
 
@@ -21,6 +24,7 @@ def leaderboard_figures(table, outdir) -> List:
 
     from harness import plotting
 
+    from . import _leaderboard_heads as heads
     from ._figures import model_name, models_note, ref
 
     labels = _labels(table)
@@ -29,28 +33,48 @@ def leaderboard_figures(table, outdir) -> List:
     r = table.dropna(subset=["ratio"])
     r = r[r["ratio"] > 0]
     models = list(dict.fromkeys(table["model"]))
-    note = ("Paper: Kim/Specformer, Castin and JaSMin per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's "
-            "eps -> 0 limit added. " + models_note(models))
+    stats = heads.head_stats(r)
+    const = heads.per_model(stats)
+    r = r.assign(constant=(r["scope"] == "head") & heads.constant_mask(r, stats))
+    note = ("Each box: log10 of (upper bound / true local Lipschitz constant ||J(X)||, Lanczos) over inputs x heads "
+            "(per head) or inputs x layers (per layer; layer bound = sum over heads); box = quartiles, line = median, "
+            "whiskers = 1.5 IQR, no outliers drawn; 0 = exact. Only the bounds defined at a scope are listed there "
+            "(LoFAST naive is a layer bound). One x-range for every panel. Paper: Kim/Specformer, Castin and JaSMin "
+            "per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's eps -> 0 limit added. " + models_note(models))
+    if const:
+        note += (" Constant attention: heads whose truth is the same for every input and whose Castin value implies "
+                 "||W_Q W_K^T|| R^2 / sqrt(d_h) < 1e-2 (softmax uniform, head linear, every bound exact: ratio 1); "
+                 "x = median without them. ")
     fig, axes = plotting.figure(2, len(models), width=3.0 * len(models) + 1.6, height=6.0, squeeze=False)
-    for j, m in enumerate(models):
-        for i, scope in enumerate(("head", "layer")):
+    for i, scope in enumerate(("head", "layer")):
+        rows = [k for k in methods if ((r["scope"] == scope) & (r["method"] == k)).any()]  # no empty rows
+        for j, m in enumerate(models):
             ax = axes[i, j]
             sel = r[(r["model"] == m) & (r["scope"] == scope)]
-            data = [np.log10(sel[sel["method"] == k]["ratio"].to_numpy()) for k in methods]
+            data = [np.log10(sel[sel["method"] == k]["ratio"].to_numpy()) for k in rows]
             keep = [k for k, dd in enumerate(data) if len(dd)]
             if keep:
                 bp = ax.boxplot([data[k] for k in keep], positions=[k + 1 for k in keep], orientation="horizontal",
                                 showfliers=False, patch_artist=True)
                 for patch, k in zip(bp["boxes"], keep):
-                    patch.set_facecolor(style[methods[k]]["color"])
+                    patch.set_facecolor(style[rows[k]]["color"])
                     patch.set_alpha(0.6)
-            ax.set_yticks(range(1, len(methods) + 1), [labels[k] for k in methods] if j == 0 else [""] * len(methods),
+            title = f"{model_name(m)}, per {scope}"
+            if scope == "head" and m in const:
+                c, n = const[m]
+                title += f"\n{c} of {n} heads: constant attention"
+                rest = sel[~sel["constant"]].groupby("method")["ratio"].median()
+                pos = [(np.log10(rest[k]), p + 1) for p, k in enumerate(rows) if k in rest.index]
+                ax.plot([x for x, _ in pos], [y for _, y in pos], "x", color="black", ms=5,
+                        label="median without the constant-attention heads")
+            ax.set_yticks(range(1, len(rows) + 1), [labels[k] for k in rows] if j == 0 else [""] * len(rows),
                           fontsize=7)
-            ax.set_ylim(0.5, len(methods) + 0.5)
+            ax.set_ylim(0.5, len(rows) + 0.5)
             ax.axvline(0, color="black", lw=0.8)
             ax.set_xlabel("log10(bound / true local Lipschitz)")
-            ax.set_title(f"{model_name(m)}, per {scope}", loc="left")
-    fig.supylabel("bound (box: quartiles over inputs and heads / layers)", fontsize=8)
+            ax.set_title(title, loc="left")
+    plotting.share_x(fig, axes.flat)
+    fig.supylabel("upper bound (box: quartiles over inputs and heads / layers)", fontsize=8)
     paths = plotting.finish(fig, outdir, "bound_leaderboard", ref(table), "How far each upper bound sits above "
                             "the true local Lipschitz constant", note=note)
 
@@ -70,14 +94,17 @@ def leaderboard_figures(table, outdir) -> List:
             ax.set_ylabel("median bound / true (per head)")
             ax.set_title(model_name(m), loc="left")
         paths += plotting.finish(fig, outdir, "bound_leaderboard_vs_n", ref(table), "Bound / true ratio vs sequence "
-                                 "length", note=note)
+                                 "length", note="y: median over inputs and heads of a per-head upper bound over "
+                                 "the true local Lipschitz constant (Lanczos), dimensionless, 1 = exact; x: tokens "
+                                 "per Alice in Wonderland window. " + models_note(tm))
     return paths
 
 
 def leaderboard_summary(table) -> str:
+    from . import _leaderboard_heads as heads
+
     labels = _labels(table)
-    g = table.groupby(["model", "scope", "method"])["ratio"]
-    agg = g.agg(["median", "max", "min", "count"]).reset_index()
+    agg = _ratio_agg(table)
     lines = ["Ratio bound / true local Lipschitz constant (median, worst = max, and min, which must be >= 1 where "
              "the bound is guaranteed).", "",
              "| model | scope | method | median | worst (max) | min | points |", "|---|---|---|---|---|---|---|"]
@@ -98,7 +125,33 @@ def leaderboard_summary(table) -> str:
               "added, on MiniLM, random GPT-2 and a small Fashion-MNIST ViT, per head and per layer. For causal GPT-2 "
               "LoFAST uses our causal option of harness.bounds.lofast (masked P in zeta; not in the LoFAST paper)."]
     lines += ["", leaderboard_verdict(agg)]
+    stats = heads.head_stats(table)
+    lines += heads.summary_lines(table, stats)
+    const = heads.per_model(stats)
+    if const:
+        rest = table[~((table["scope"] == "head") & heads.constant_mask(table, stats))]
+        lines += ["", _without_constant(agg, _ratio_agg(rest), const)]
     return "\n".join(lines)
+
+
+def _without_constant(agg, rest, const) -> str:
+    """Does Fig. 6's verdict change when the constant-attention heads (ratio 1 for every bound) are left out?"""
+    before, after = (leaderboard_verdict(a).split("**")[1] for a in (agg, rest))
+    med = rest[rest["scope"] == "head"].set_index(["model", "method"])["median"]
+    parts = []
+    for m, (k, n) in const.items():
+        if all((m, x) in med.index for x in ("jasmin", "castin", "kim")):
+            lo = f", LoFAST fine {med[(m, 'lofast_fine')]:.3g}" if (m, "lofast_fine") in med.index else ""
+            parts.append(f"{m} on its {n - k} other heads: JaSMin {med[(m, 'jasmin')]:.3g} vs Castin "
+                         f"{med[(m, 'castin')]:.3g} vs Kim {med[(m, 'kim')]:.3g}{lo}")
+    word = f"is still **{after}**" if before == after else f"becomes **{after}** (with them: {before})"
+    return (f"Without the heads with constant attention the per-head verdict {word}: "
+            + "; ".join(parts) + ".")
+
+
+def _ratio_agg(table):
+    """median / max / min / count of bound / truth per (model, scope, method)."""
+    return table.groupby(["model", "scope", "method"])["ratio"].agg(["median", "max", "min", "count"]).reset_index()
 
 
 def leaderboard_verdict(agg) -> str:

@@ -54,6 +54,20 @@ def _bars(ax, methods, values, errors=None):
     ax.set_xlabel("training regularizer")
 
 
+ATTACKS = {"fgsm": "FGSM", "pgd": "PGD", "autoattack": "AutoAttack (APGD)"}
+
+
+def attack_label(col: str) -> str:
+    """'pgd 4/255' -> 'PGD l_inf 4/255', 'pgd l2=0.5' -> 'PGD l2 0.5': every group names its norm."""
+    attack, _, budget = str(col).partition(" ")
+    if not budget:
+        return col
+    name = ATTACKS.get(attack, attack)
+    if budget.startswith("l2="):
+        return f"{name} l2 {budget[3:]}"
+    return f"{name} l_inf {budget}" if budget.endswith("/255") else f"{name} {budget}"
+
+
 def accuracy_figure(table, acc, outdir) -> List:
     """Tables 1-4 analogue: mean accuracy (+- std over training seeds) per attack and budget, per method."""
     methods = method_order(table["method"])
@@ -69,8 +83,9 @@ def accuracy_figure(table, acc, outdir) -> List:
         err = np.nan_to_num([sub["std"].get(c, np.nan) for c in cols])
         ax.bar(np.arange(len(cols)) + (i - (len(methods) - 1) / 2) * w, vals, w, yerr=err, color=st[m]["color"],
                hatch=st[m]["hatch"], edgecolor="white", linewidth=0.3, error_kw=dict(lw=0.6), label=m)
-    ax.set_xticks(np.arange(len(cols)), cols, rotation=20, ha="right")
-    ax.set_xlabel("attack and budget (l_inf eps in 1/255 of the pixel range)")
+    ax.set_xticks(np.arange(len(cols)), [attack_label(c) for c in cols], rotation=20, ha="right")
+    ax.set_xlabel("attack, its norm and budget eps (pixels in [0, 1]: l_inf eps in 1/255, l2 eps over the whole "
+                  "image)")
     ax.set_ylabel("test accuracy (%)")
     seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
     return plotting.finish(fig, outdir, "jasmin_sweep_accuracy", ref(table), "Accuracy under attack per training "

@@ -129,6 +129,18 @@ def substitute_note(fig: plt.Figure, paper: str, ours: str, why: str = "not avai
     return footnote(fig, f"Paper: {paper}. Here: {ours} ({why}).")
 
 
+def share_x(fig: plt.Figure, axes) -> Tuple[float, float]:
+    """One x-range for `axes` (the union of their current ranges), declared on `fig` so that a check can see it:
+    panels whose x values are the same quantity compare by eye only on a common axis. Returns the range."""
+    axes = list(axes)
+    lims = [ax.get_xlim() for ax in axes]
+    lo, hi = min(min(a, b) for a, b in lims), max(max(a, b) for a, b in lims)
+    for ax in axes:
+        ax.set_xlim(lo, hi)
+    fig.shared_x_axes = axes  # read by tests/test_figures.py
+    return lo, hi
+
+
 def caption(ax, text: str):
     """Panel title in house style (small, left-aligned)."""
     ax.set_title(text, loc="left")

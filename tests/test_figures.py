@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.figure
+import matplotlib.ticker
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -29,11 +31,47 @@ def _sup(fig, which: str) -> str:
     return t.get_text().strip() if t is not None else ""
 
 
+def _ys(ax) -> list:
+    """Every y value (data coordinates) the artists of `ax` draw at: lines, markers, bars, box patches."""
+    ys = []
+    for ln in ax.lines:
+        ys += [float(y) for y in np.asarray(ln.get_ydata(), float).ravel()]
+    for c in ax.collections:
+        ys += [float(y) for y in np.asarray(c.get_offsets(), float).reshape(-1, 2)[:, 1]]
+    for p in ax.patches:
+        ys += [float(y) for y in p.get_path().transformed(p.get_patch_transform()).vertices[:, 1]]
+    return [y for y in ys if np.isfinite(y)]
+
+
+def _is_word(label: str) -> bool:
+    try:
+        float(label.replace("\u2212", "-"))
+        return False
+    except ValueError:
+        return bool(label.strip())
+
+
+def empty_rows(ax) -> list:
+    """Labelled categorical y ticks (set_yticks with labels) with nothing drawn in their row: a legend-like row
+    that promises a series the panel does not have."""
+    if ax.images or not isinstance(ax.yaxis.get_major_locator(), matplotlib.ticker.FixedLocator):
+        return []
+    ticks, labels = ax.get_yticks(), [t.get_text() for t in ax.get_yticklabels()]
+    if len(ticks) < 2 or not any(_is_word(lab) for lab in labels):
+        return []
+    half, ys = np.min(np.diff(np.sort(ticks))) / 2, np.asarray(_ys(ax))
+    return [lab for t, lab in zip(ticks, labels)
+            if lab.strip() and not (len(ys) and (np.abs(ys - t) < half).any())]
+
+
 def figure_problems(fig) -> list:
-    """What a reader would miss in `fig`: unlabelled axes, extra legends, too many panels, no title."""
+    """What a reader would miss in `fig`: unlabelled axes, extra legends, too many panels, no title, empty panels
+    or rows, panels declared to share an x-range (plotting.share_x) that do not."""
     bad, panels = [], 0
     for i, ax in enumerate(fig.axes):
         if not _has_data(ax):
+            if ax.get_visible() and ax.axison and not ax.texts and getattr(ax, "_colorbar", None) is None:
+                bad.append(f"{ax.get_title(loc='left') or ax.get_title() or f'axes {i}'!r}: empty panel")
             continue
         cb = getattr(ax, "_colorbar", None)
         if cb is not None:
@@ -47,6 +85,12 @@ def figure_problems(fig) -> list:
             bad.append(f"{name!r}: no x label")
         if not (ax.get_ylabel().strip() or _sup(fig, "y")):
             bad.append(f"{name!r}: no y label")
+        rows = empty_rows(ax)
+        if rows:
+            bad.append(f"{name!r}: empty rows {rows}")
+    shared = getattr(fig, "shared_x_axes", [])
+    if len({tuple(np.round(ax.get_xlim(), 9)) for ax in shared}) > 1:
+        bad.append("panels declared to share one x-range (plotting.share_x) show different ranges")
     legends = len(fig.legends) + sum(ax.get_legend() is not None for ax in fig.axes)
     if legends > 1:
         bad.append(f"{legends} legends (one per image, outside the data)")
@@ -102,6 +146,35 @@ def test_checker_catches_a_strip(saved, tmp_path):
     plotting.save(fig, tmp_path, "strip")
     p = " ".join(saved["strip.png"])
     assert "aspect ratio" in p and "no x label" in p and "2 legends" in p and "no suptitle" in p
+
+
+def test_checker_catches_empty_rows_panels_and_unshared_x(saved, tmp_path):
+    """A categorical row with no box, an empty panel and a declared shared x-range that one panel leaves: each is
+    named; the same figure with every row filled and the range shared passes."""
+    def draw(fill: bool, share: bool, blank: bool):
+        fig, axes = plotting.figure(1, 3, height=3.2)
+        for ax, hi in zip(axes[:2], (3, 9)):
+            ax.boxplot([[1, 2, hi], [0, 1, 2]] if fill else [[1, 2, hi]], positions=[1, 2] if fill else [1],
+                       orientation="horizontal")
+            ax.set_yticks([1, 2], ["bound a", "bound b"])
+            ax.set_xlabel("x")
+            ax.set_ylabel("y")
+        if share:
+            plotting.share_x(fig, axes[:2])
+        else:
+            fig.shared_x_axes = list(axes[:2])
+        if blank:
+            axes[2].set_title("nothing here")
+        else:
+            fig.delaxes(axes[2])
+        fig.suptitle("t")
+        return fig
+
+    plotting.save(draw(False, False, True), tmp_path, "bad")
+    p = " ".join(saved["bad.png"])
+    assert "empty rows ['bound b']" in p and "'nothing here': empty panel" in p and "share one x-range" in p, p
+    plotting.save(draw(True, True, False), tmp_path, "good")
+    assert saved["good.png"] == []
 
 
 def test_committed_figures_aspect():
