@@ -13,8 +13,9 @@ per-head bounds are the sum over heads. One row per (model, n, layer, sample, sc
 truth, ratio, converged, guaranteed (False where a bound only holds in some regime and X is outside it: Kim),
 sound (False only for a guaranteed upper bound below the truth).
 JaSMin App. C's sqrt(N)-order bound (harness.bounds.jasmin_appc) is listed in `plugins` by default.
-Plug-in bounds: the grid key `plugins` lists "module:function" specs (registry.register_bound: fn(X, w, causal)
--> (..., h) per head), e.g. `run_all.py bound_leaderboard --set 'plugins=[["mypkg.bounds:my_bound"]]'`; they join
+Plug-in bounds: the grid key `plugins` lists "module:function" specs (registry.register_plugin: fn(X, w, causal)
+-> (..., h) per head, or (...,) per layer with the attribute scope = "layer"; `bound_name` renames it; ball-change
+plug-ins certify in lofast_certified / lofast_text instead), e.g. `run_all.py bound_leaderboard --set 'plugins=[["mypkg.bounds:my_bound"]]'`; they join
 the table beside the published ones and the summary names any that falls below the truth.
 """
 from __future__ import annotations
@@ -71,8 +72,9 @@ class BoundLeaderboard(Experiment):
         from harness.bounds import registry
 
         rows: List[Dict[str, Any]] = []
-        plugins = [b.name for spec in cell.get("plugins", []) for b in registry.register_bound(spec, replace=True)]
-        names = [n for n in registry.bound_names() if n != "truth" and (not registry.get_any(n).user or n in plugins)]
+        plugins = [b.name for spec in cell.get("plugins", []) for b in registry.register_plugin(spec)]
+        names = [n for n in registry.bound_names(what=registry.LOCAL)
+                 if n != "truth" and (not registry.get_any(n).user or n in plugins)]
         model, trained_with, layers = _layers(cell, ctx)
         for l, X, w, causal in layers:
             ev = registry.evaluate(X, w, causal=causal, names=names)

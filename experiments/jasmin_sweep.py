@@ -49,6 +49,11 @@ class JasminSweep(Experiment):
     float32_exempt = ("accuracy", "wall_s")  # attack outcomes flip on rounding near the decision boundary
     verify_tol = {"default": 1e-9, "wall_s": None}  # timings are not reproducible numbers
     grid, quick, test = GRIDS
+    # --scale paper: ViT-B on CIFAR-10 (_jasmin_common.VIT_PAPER), attacked on 1,000 test images with the paper's
+    # 4 PGD steps and AutoAttack on 500
+    paper = C.sweep_paper({"n_eval": [1000], "n_aa": [500], "pgd_steps": [4], "linf_255": [[2, 4, 8]], "l2": [[0.5]]})
+    substitutes = (C.VIT_SUBSTITUTE,)
+    paper_cost = 20  # x the full run's cell time: ViT-B (d 768, 12 layers) for 3.3x the steps, on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch

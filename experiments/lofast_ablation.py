@@ -23,6 +23,7 @@ class LofastAblation(Experiment):
     name = "lofast_ablation"
     figures_ref = ["LoFAST (Havens et al.) Fig. 3 (App. C.1)"]
     description = "Theorem 1 bound at eps = 0.1 vs relative perturbation of W^Q, W^K, W^V, W^O or X"
+    substitutes = (G.VIT_SUBSTITUTE,)  # CIFAR-10, else Fashion-MNIST (experiments/_lofast_grids.py)
     grid = {"param": PARAMS, "eps": [0.1], "rel_sizes": [[0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0]], "samples": [10],
             **G.VIT_FULL}
     quick = {"param": PARAMS, "rel_sizes": [[0.0, 0.5, 2.0]], "samples": [3], **G.VIT_QUICK}

@@ -23,6 +23,7 @@ class LofastInputNorm(Experiment):
     name = "lofast_input_norm"
     figures_ref = ["LoFAST (Havens et al.) Fig. 4 (App. C.2)"]
     description = "End-to-end LoFAST bound / PGD as the input norm grows"
+    substitutes = (G.VIT_SUBSTITUTE,)  # CIFAR-10, else Fashion-MNIST (experiments/_lofast_grids.py)
     grid = {"source": ["vit", "minilm"], "input_scale": [0.5, 1.0, 2.0, 4.0, 8.0],
             "eps": [[0.0, 0.025, 0.05, 0.075, 0.1]], "samples": [3], "pgd_steps": [50], "pgd_restarts": [4],
             **G.VIT_FULL}

@@ -22,6 +22,7 @@ class LofastTightness(Experiment):
     name = "lofast_tightness"
     figures_ref = ["LoFAST (Havens et al.) Fig. 1"]
     description = "Tightness of delta_21, delta_22 and the end-to-end bound vs PGD over eps in [0, 0.1]"
+    substitutes = (G.VIT_SUBSTITUTE,)  # CIFAR-10, else Fashion-MNIST (experiments/_lofast_grids.py)
     grid = {"source": ["vit", "minilm"], "eps": [[round(0.01 * i, 2) for i in range(11)]], "samples": [4],
             "pgd_steps": [50], "pgd_restarts": [4], **G.VIT_FULL}
     quick = {"source": ["vit", "minilm"], "eps": [[0.0, 0.025, 0.05, 0.1]], "samples": [2], "pgd_steps": [15],

@@ -26,6 +26,7 @@ class LofastTightnessRegime(Experiment):
     name = "lofast_tightness_regime"
     figures_ref = ["LoFAST (Havens et al.) Fig. 1 (its 'tight for small ‖X‖ and eps' claim)"]
     description = "End-to-end bound / PGD over input norm x eps: where (if anywhere) LoFAST's eq. 23 is tight"
+    substitutes = (G.VIT_SUBSTITUTE,)  # CIFAR-10, else Fashion-MNIST (experiments/_lofast_grids.py)
     grid = {"source": ["vit", "minilm"], "x_scale": [1.0, 0.5, 0.25, 0.1], "tokens": [0, 4], "eps": [EPS],
             "samples": [4], "pgd_steps": [50], "pgd_restarts": [4], **G.VIT_FULL}
     quick = {"source": ["vit", "minilm"], "x_scale": [1.0, 0.25], "tokens": [0, 4], "eps": [[0.001, 0.01, 0.1]],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -10,20 +11,25 @@ from typing import Optional, Sequence
 
 from . import config as _config
 from . import grid as _grid
+from . import lockfile as _lockfile
 from . import registry as _registry
 from . import run as _runner
+from .run import costs as _costs
+from .run import substitutes as _substitutes
 from .store.codehash import REPO_ROOT
+from .run.executors import ClusterUnavailable
 
 EPILOG = """examples:
   run_all.py                          every experiment, full scale
-  run_all.py --quick                  every experiment, small grids (minutes)
+  run_all.py --quick                  every experiment, small grids (--list --quick says how long)
   run_all.py castin_sqrt_n 'jasmin*'  selected experiments (names or globs; also --only)
-  run_all.py --list                   experiments, paper figure, cached cells
-  run_all.py --dry-run --quick        the grid, cached/missing per cell
+  run_all.py --list -j 2              experiments, paper figure, cached cells, expected time at -j 2
+  run_all.py --dry-run --quick        the grid, cached/missing and recorded time per cell
   run_all.py --set n=2,4,8 --set temperature=1.0 jasmin_softmax
   run_all.py --jobs 4                 local process pool (-j > 1 implies --executor process)
   run_all.py --executor submitit --jobs 50   Slurm job array (local jobs when no sbatch)
-  run_all.py --collect                rebuild tables/figures/README from the cache alone
+  run_all.py --collect                rebuild tables/figures/README from the cache alone; an experiment with
+                                      cells absent from the cache keeps the outputs it has and names them
 outputs: results/<exp>/ (full scale), results/quick/<exp>/ (--quick), results/custom/<scale>__<what differs>/
 (--set, --dtype, --seed, --device): a run never replaces the outputs of another scale or other overrides.
 exit status: 0 ok, 1 a cell/figure failed or was skipped for missing data (after running the rest), 2 usage error."""
@@ -36,16 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("names", nargs="*", help="experiment names or globs (default: all)")
     ap.add_argument("--only", action="append", default=[], metavar="GLOB", help="select by glob (repeatable, comma-separated)")
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--list", action="store_true", help="list experiments, paper figures, cached cells, then exit")
-    mode.add_argument("--dry-run", action="store_true", help="print the grid with cached/missing per cell, then exit")
+    mode.add_argument("--list", action="store_true", help="list experiments, paper figures, cached cells and the expected time "
+                      "of the rest at the chosen -j (an estimate from the committed manifests), then exit")
+    mode.add_argument("--dry-run", action="store_true", help="print the grid with cached/missing and recorded time per cell, and the "
+                      "expected time at the chosen -j, then exit")
     mode.add_argument("--collect", action="store_true", help="rebuild tables, figures and README from the cache only")
+    mode.add_argument("--verify", action="store_true",
+                      help="recompute committed cells (all, or --verify-sample N per experiment) from an empty "
+                           "temporary cache and compare with the committed tables at --scale; exit 1 on a mismatch")
+    ap.add_argument("--verify-sample", type=int, default=None, metavar="N",
+                    help="--verify: the N cheapest committed cells per experiment (committed per-cell wall time)")
     ap.add_argument("--force", action="store_true", help="recompute cells even when cached")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                     help="override a grid parameter: n=8, n=2,4,8, n=[2,4], flag=true (repeatable)")
     scale = ap.add_mutually_exclusive_group()
     scale.add_argument("--quick", action="store_const", const="quick", dest="scale", help="small grids (scale 'quick')")
-    scale.add_argument("--scale", choices=["full", "quick", "test"], dest="scale",
-                       help="grid scale: full (default), quick, test (the smoke-test scale)")
+    scale.add_argument("--scale", choices=list(_config.SCALES), dest="scale",
+                       help="grid scale: full (default), quick, test (the smoke-test scale), paper (the papers' own "
+                            "sizes, for a GPU machine with network; with no names: the experiments declaring it)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default cpu)")
     ap.add_argument("--dtype", default="float64", choices=list(_config.DTYPES),
                     help="compute dtype every experiment uses (one that cannot refuses before computing)")
@@ -64,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
     ap.add_argument("--cache-dir", type=Path, default=None, help="default: <results-dir>/cache")
     ap.add_argument("--no-figures", action="store_true", help="skip figures (tables and manifests only)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bars, the libraries' own included (model weight loading, datasets); also "
+                         "the default when stderr is not a terminal")
     ap.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
                     help="add a plug-in bound f(X, w, causal=False) -> per-head (h,) upper bounds (attribute "
                          "scope='layer' for per-layer) to the experiments that evaluate every registered bound "
@@ -96,19 +112,40 @@ def _run_config(args) -> _runner.RunConfig:
         fresh_workers=args.fresh_workers, threads=args.threads, bounds=list(args.bound))
 
 
+def _short_cost(walls, unknown: int, workers: int) -> str:
+    """'~5min', '~5min+2?' (2 cells without a recorded time), '?' (none recorded), '0s' (nothing to compute)."""
+    if not walls:
+        return f"{unknown}?" if unknown else "0s"
+    return f"~{_costs.fmt_seconds(_costs.makespan(walls, workers))}" + (f"+{unknown}?" if unknown else "")
+
+
+def _total_line(all_walls, unknown: int, n_todo: int, workers: int) -> str:
+    return (f"expected wall time at -j {workers} ({'serial' if workers == 1 else f'{workers} workers'}): "
+            f"{_costs.describe(all_walls, unknown, workers) if n_todo else '0s'} for {n_todo} cell(s) to compute "
+            f"({_costs.ESTIMATE_NOTE})")
+
+
 def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
-    rows = [("experiment", "reproduces", f"cells ({cfg.scale})", "cached")]
+    workers = _costs.workers_for(cfg)
+    rows = [("experiment", "reproduces", f"cells ({cfg.scale})", "cached", f"expected (-j {workers})")]
+    all_walls, unknown, todo = [], 0, 0
     for n in names:
         try:
             p = _runner.plan(n, cfg, verify=False)
         except Exception as e:  # noqa: BLE001 - a broken grid must not hide the other experiments
-            rows.append((n, f"ERROR {e.__class__.__name__}: {e}", "?", "?"))
+            rows.append((n, f"ERROR {e.__class__.__name__}: {e}", "?", "?", "?"))
             continue
         cached = sum(t.state == "cached" for t in p.tasks)
-        rows.append((n, "; ".join(p.exp.figures_ref) or "-", str(len(p.tasks)), str(cached)))
-    w = [max(len(r[i]) for r in rows) for i in range(4)]
+        walls, unk = _costs.estimate(p, cfg)
+        all_walls += walls
+        unknown += unk
+        todo += len(walls) + unk
+        rows.append((n, "; ".join(p.exp.figures_ref) or "-", str(len(p.tasks)), str(cached),
+                     _short_cost(walls, unk, workers)))
+    w = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
         out("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+    out(_total_line(all_walls, unknown, todo, workers) + "; N? = N cells without a recorded time")
     errs = _registry.import_errors()
     for mod, tb in errs.items():
         out(f"warning: experiment module {mod} failed to import: {tb.strip().splitlines()[-1]}")
@@ -116,15 +153,39 @@ def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
 
 def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
     out(f"outputs would go to {cfg.output_root}; cache {cfg.cache_dir}; {cfg.dtype} on {cfg.device}")
+    workers = _costs.workers_for(cfg)
+    all_walls, unknown, todo = [], 0, 0
+    plans, paper_total = [], []
     for n in names:
         p = _runner.plan(n, cfg, verify=True)
+        plans.append(p)
         states = [("force" if cfg.force and t.state == "cached" else t.state) for t in p.tasks]
         cached = states.count("cached")
-        out(f"{n} ({cfg.scale}): {len(p.tasks)} cells, {cached} cached, {len(p.tasks) - cached} to compute"
-            f"  [code {p.code[:10]}]")
+        walls, unk = _costs.estimate(p, cfg)
+        all_walls += walls
+        unknown += unk
+        todo += len(walls) + unk
+        expect = _costs.describe(walls, unk, workers) if walls or unk else '0s'
+        if cfg.scale == "paper":  # no recorded times at the papers' sizes: the experiment's declared factor
+            secs, how = _costs.paper_estimate(p.exp, cfg.results_dir)
+            expect = f"{'~' + _costs.fmt_seconds(secs) if secs is not None else '?'} ({how})"
+            paper_total.append(secs)
+        out(f"{n} ({cfg.scale}): {len(p.tasks)} cells, {cached} cached, {len(p.tasks) - cached} to compute, "
+            f"expected {expect}  [code {p.code[:10]}]")
+        rec = _costs.recorded_walls(cfg.results_dir, n, cfg.scale)
         for t, s in zip(p.tasks, states):
-            src = f"  [{t.model_source}]" if t.model_source else ""
-            out(f"  {s:8s} {t.key[:12]}  {t.label}{src}")
+            src = "".join(f"  [{s}]" for s in (t.model_source, t.data_source) if s)
+            took = _costs.fmt_seconds(rec.get(t.label))
+            out(f"  {s:8s} {t.key[:12]}  {took:>7s}  {t.label}{src}")
+    if cfg.scale == "paper":
+        known = [x for x in paper_total if x is not None]
+        out(f"expected at paper scale (serial sum of the declared estimates): ~{_costs.fmt_seconds(sum(known))}"
+            + (f" + {len(paper_total) - len(known)} experiment(s) without an estimate" if len(known) <
+               len(paper_total) else ""))
+    else:
+        out(_total_line(all_walls, unknown, todo, workers))
+    for line in _substitutes.plan_notices(plans, cfg.scale):
+        out(line)
 
 
 def _anything_cached(names: Sequence[str], cfg) -> bool:
@@ -132,13 +193,19 @@ def _anything_cached(names: Sequence[str], cfg) -> bool:
 
 
 def unsound_plugins(results, plugins: Sequence[str]) -> str:
-    """Lines naming every --bound plug-in with a row `sound == False` (upper bound below the truth)."""
+    """Lines naming every --bound plug-in with a row `sound == False` (upper bound below the truth) or, in a
+    certification table (columns bound, violations), a certified point that PGD broke."""
     if not plugins:
         return ""
     names = {p.partition(":")[2] for p in plugins} | set(plugins)
     lines = []
     for r in results:
         table = (r.output or {}).get("table")
+        if table is not None and {"bound", "violations"} <= set(table.columns):
+            bad = table[table["bound"].isin(names) & (table["violations"] > 0)]
+            for m, g in bad.groupby("bound"):
+                lines.append(f"  [{r.name}] {m}: {int(g['violations'].sum())} certified points broken by PGD")
+            continue
         if table is None or not {"method", "sound"} <= set(table.columns):
             continue
         bad = table[table["method"].isin(names) & (table["sound"].astype(str).str.lower() == "false")]
@@ -165,6 +232,55 @@ def missing_data_summary(results) -> str:
     return "\n".join(lines)
 
 
+PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")
+
+
+def _library_bars() -> dict:
+    """(disable, enable, is_enabled) of the progress bars of each imported library that draws its own
+    (transformers' weight loading, datasets' map/download, huggingface_hub's downloads)."""
+    out = {}
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as tl
+
+        out["transformers"] = (tl.disable_progress_bar, tl.enable_progress_bar, tl.is_progress_bar_enabled)
+    if "datasets" in sys.modules:
+        import datasets as ds
+
+        out["datasets"] = (ds.disable_progress_bars, ds.enable_progress_bars, ds.is_progress_bar_enabled)
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub import utils as hu
+
+        out["huggingface_hub"] = (hu.disable_progress_bars, hu.enable_progress_bars,
+                                  lambda: not hu.are_progress_bars_disabled())
+    return out
+
+
+@contextlib.contextmanager
+def progress_bars_silenced(silence: bool):
+    """Without progress (--no-progress, or stderr not a terminal): no library draws a bar either. The variables
+    reach libraries imported later and the pool's worker processes; libraries already imported are switched off
+    directly. Everything is restored afterwards."""
+    if not silence:
+        yield
+        return
+    saved_env = {k: os.environ.get(k) for k in PROGRESS_ENV}
+    before = {name: fns[2]() for name, fns in _library_bars().items()}
+    os.environ.update({k: "1" for k in PROGRESS_ENV})
+    for fns in _library_bars().values():
+        fns[0]()
+    try:
+        yield
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for name, fns in _library_bars().items():  # one first imported in the block keeps what it read then
+            if before.get(name):
+                fns[1]()
+
+
 def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     """CLI entry: returns the exit status (0 ok, 1 failures, 2 usage error)."""
     ap = build_parser()
@@ -172,7 +288,7 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     os.environ.setdefault("MPLBACKEND", "Agg")
     try:
         cfg = _run_config(args)
-        names = _runner.select(args.names, args.only)
+        names = _runner.paper_selection(_runner.select(args.names, args.only), cfg, bool(args.names or args.only))
         if not names:
             out("no experiments registered")
             return 2 if args.names or args.only else 0
@@ -181,6 +297,10 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"run_all.py: error: {msg}", file=sys.stderr)
         return 2
+    if args.verify:
+        from .run import verify as _verify
+
+        return _verify.main(names, cfg, args.verify_sample, echo=out)
     if args.list:
         cmd_list(names, cfg, out)
         return 0
@@ -188,17 +308,24 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
         cmd_dry_run(names, cfg, out)
         return 0
     if args.collect and not _anything_cached(names, cfg):
-        scale = "" if cfg.scale == "full" else f" --scale {cfg.scale}"
         print(f"run_all.py: nothing is cached in {cfg.cache_dir} for {', '.join(names)} at scale {cfg.scale} "
-              f"(with these settings), so there is nothing to collect. Compute the cells first: "
-              f"run_all.py {' '.join(args.names) or ''}{scale}".rstrip(), file=sys.stderr)
+              f"(with these settings), so there is nothing to collect and no output was changed. Compute the "
+              f"cells first: {_runner.compute_command(args.names + args.only, cfg)}", file=sys.stderr)
         return 1
+    drift = _lockfile.drift_warning()
+    if drift:
+        print(drift, file=sys.stderr)
     t0 = time.perf_counter()
-    results = _runner.run(names, cfg, collect_only=args.collect, echo=out)
+    try:
+        with progress_bars_silenced(not cfg.progress):
+            results = _runner.run(names, cfg, collect_only=args.collect, echo=out)
+    except ClusterUnavailable as e:  # raised before anything is submitted
+        print(f"run_all.py: error: {e}", file=sys.stderr)
+        return 2
     bad = [r for r in results if not r.ok]
     unsound = unsound_plugins(results, cfg.bounds)
     if unsound:
-        print("UNSOUND plug-in bound(s): below the true local Lipschitz constant at some input:\n" + unsound,
+        print("UNSOUND plug-in bound(s): below the truth (or a certificate broken by PGD) at some input:\n" + unsound,
               file=sys.stderr)
     skipped = sum(r.missing_data for r in results)
     tail = f"; {skipped} cell(s) skipped for missing data" if skipped else ""
@@ -206,7 +333,8 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     if skipped:
         print(missing_data_summary(results), file=sys.stderr)
     if bad:
-        print("FAILED:\n" + _runner.format_errors(bad), file=sys.stderr)
+        detail = _runner.format_errors(bad) or "\n".join(f"[{r.name}] {r.line()}" for r in bad)
+        print("FAILED:\n" + detail, file=sys.stderr)
         return 1
     return 1 if unsound else 0
 

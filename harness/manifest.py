@@ -17,7 +17,8 @@ from .store.codehash import REPO_ROOT
 def versions() -> Dict[str, Optional[str]]:
     """Installed versions of the packages results depend on (None if absent); no heavy imports."""
     out: Dict[str, Optional[str]] = {"python": platform.python_version()}
-    for pkg in ("torch", "transformers", "numpy", "scipy", "pandas", "matplotlib", "submitit", "attnlip"):
+    for pkg in ("torch", "transformers", "numpy", "scipy", "datasets", "tokenizers", "safetensors", "scikit-learn",
+                "pandas", "matplotlib", "submitit", "attnlip"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -75,10 +76,24 @@ def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def lock_info() -> Dict[str, Any]:
+    """The lock the environment was installed from (requirements.lock, by sha256) and every key library whose
+    installed version differs from it (empty when the run used exactly the locked versions)."""
+    from . import lockfile as _lockfile
+
+    path = _lockfile.LOCK
+    try:
+        drift = {p: {"lock": want, "installed": have} for p, want, have in _lockfile.drift(path)}
+    except (OSError, ValueError):
+        drift = None
+    return {"file": path.name, "sha256": _lockfile.lock_sha256(path), "drift": drift}
+
+
 def environment(device: str) -> Dict[str, Any]:
     """Everything about the machine/software a manifest records."""
     return {
         "versions": versions(),
+        "lock": lock_info(),
         "git": git_info(),
         "device": device,
         "device_name": device_name(device),

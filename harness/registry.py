@@ -49,6 +49,28 @@ _LOADED = False
 from .errors import MissingData, UnsupportedContext  # noqa: E402,F401 - re-exported for experiments
 
 
+class NoPaperScale(ValueError):
+    """--scale paper for an experiment that declares no `paper` grid."""
+
+
+@dataclass(frozen=True)
+class Substitute:
+    """The paper's value of a grid key and the stand-in used when the paper's cannot be obtained.
+
+    key "dataset" / "corpus": `paper` is a dataset of harness.data.sources, obtainable when it resolves (mirror,
+    cache, or a download that the hub answers). key "model": `paper` is a hub model, obtainable when its
+    pretrained weights are cached or downloadable; `use` None keeps the name and runs it from random init (the
+    cell's pretrained "auto"). `also`: other grid keys that change with it, {key: {paper value: substitute value}}
+    (a patch size that divides the substitute's image size)."""
+
+    key: str
+    paper: Any
+    use: Any = None
+    label: str = ""                 # how messages name the paper's item ("CIFAR-10"); default its value
+    use_label: str = ""             # how they name the substitute ("Fashion-MNIST", "random init")
+    also: Dict[str, Dict[Any, Any]] = field(default_factory=dict)
+
+
 @dataclass
 class Context:
     """What a cell's run() may use besides its parameters. Pass parameters, not tensors, between processes."""
@@ -56,7 +78,7 @@ class Context:
     device: str = "cpu"
     dtype: str = "float64"
     seed: int = 0
-    scale: str = "full"  # "full" | "quick" | "test"
+    scale: str = "full"  # "full" | "quick" | "test" | "paper"
     cache_dir: Path = field(default_factory=lambda: Path("results/cache"))
     progress: bool = True
     threads: Optional[int] = None  # torch intra-op threads the runner set (experiments never set them)
@@ -113,6 +135,12 @@ class Experiment:
     # None leaves a column out (timings). Exact quantities reproduce to rounding; a trained model's to what
     # determinism gives (bitwise: harness.models.train computes with a fixed thread count).
     verify_tol: Dict[str, Optional[float]] = {"default": 1e-9}
+    # The papers' own sizes (models, data, epochs, number of inputs), overriding `grid` for --scale paper (a GPU
+    # machine with network); None: the experiment refuses that scale (NoPaperScale).
+    paper: Any = None
+    # The paper's data / models and their stand-ins (harness.run.substitutes): a cell naming the paper's value
+    # runs it when it can be obtained, else the substitute, recorded per cell and printed once per run.
+    substitutes: tuple = ()
 
     def check_context(self, dtype: str, device: str) -> None:
         """Raise UnsupportedContext (clear, before computing) if this experiment cannot run in dtype/device."""
@@ -127,16 +155,22 @@ class Experiment:
                                      f"{', '.join(self.devices)}; rerun with --device {self.devices[0]}")
 
     def grid_for(self, scale: str):
-        """The parameter grid at a scale: full `grid`, overridden by `quick` or `test` (test falls back to quick).
+        """The parameter grid at a scale: full `grid`, overridden by `quick` or `test` (test falls back to quick)
+        or `paper` (NoPaperScale when the experiment declares none).
 
         A dict grid gives a dict; a list-of-dicts grid gives a list (overrides apply to each sub-grid)."""
         from . import config as _config
         from . import grid as _grid
 
         _config.check_scale(scale)
+        if scale == "paper" and not self.paper:
+            raise NoPaperScale(f"experiment {self.name!r} declares no paper scale (`paper = {{...}}`: the papers' "
+                               f"own sizes); run it at --scale full, or select experiments that declare one "
+                               f"(run_all.py --scale paper with no names selects them)")
 
         g = self.grid
-        layers = [self.quick] if scale == "quick" else [self.quick, self.test] if scale == "test" else []
+        layers = [self.quick] if scale == "quick" else [self.quick, self.test] if scale == "test" else \
+            [self.paper] if scale == "paper" else []
         for ov in layers:
             if isinstance(ov, (list, tuple)):
                 g = [dict(x) for x in ov]

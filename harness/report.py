@@ -37,6 +37,9 @@ def _header(root: Path, canonical) -> str:
         return HEADER
     if root.name == "quick":
         return VARIANT_HEADER.format(what="quick scale", flags="--quick", root="results/quick", up="../")
+    if root.name == "paper":
+        return VARIANT_HEADER.format(what="the papers' own sizes", flags="--scale paper", root="results/paper",
+                                     up="../")
     scale, _, over = root.name.partition("__")
     return VARIANT_HEADER.format(what=f"{scale} scale with {over.replace('__', ', ') or 'overrides'}",
                                  flags=f"--scale {scale} <overrides>", root=f"results/custom/{root.name}",
@@ -63,11 +66,16 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
     git = man.get("git") or {}
     commit = (git.get("commit") or "unknown")[:10] + (" (dirty)" if git.get("dirty") else "")
     ok = sum(1 for c in man.get("cells", []) if c.get("status") == "ok")
+    lock = man.get("lock") or {}
+    env = f"; {lock.get('file', 'lock')} {lock['sha256'][:10]}" if lock.get("sha256") else ""
+    if lock.get("drift"):
+        env += " (**drift**: " + ", ".join(f"{p} {d.get('installed')} vs {d.get('lock')}"
+                                         for p, d in lock["drift"].items()) + ")"
     lines += [
         f"*Scale `{man.get('scale')}`, {ok}/{man.get('n_cells')} cells, {man.get('n_rows')} rows, "
         f"seed {man.get('seed')}, {man.get('dtype')} on {man.get('device')} ({man.get('device_name', '')}); "
         f"cell compute {man.get('total_cell_wall_s')} s, max cell peak RSS {man.get('max_cell_peak_rss_mb')} MiB; "
-        f"commit {commit}; {man.get('created')}. "
+        f"commit {commit}{env}; {man.get('created')}. "
         f"Data: [{data}]({link}/{data}), [manifest.json]({link}/manifest.json).*",
         "",
     ]
@@ -78,6 +86,9 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
         pdf = f.with_suffix(".pdf")
         pdf_link = f" ([pdf]({link}/figures/{pdf.name}))" if pdf.exists() else ""
         lines += [f"![{f.stem}]({link}/figures/{f.name})", f"*{f.stem}*{pdf_link}", ""]
+    used = _data_used(expdir)
+    if used:
+        lines += [used, ""]
     conv = _convergence(expdir)
     if conv:
         lines += [conv, ""]
@@ -85,6 +96,21 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
     if summary:
         lines += [summary.strip(), ""]
     return "\n".join(lines)
+
+
+def _data_used(expdir: Path) -> str:
+    """'Data / model used: ...' from the table's data_used column (the paper's, or what stood in for it)."""
+    import pandas as pd
+
+    try:
+        t = pd.read_csv(_csv(expdir), usecols=["cell", "data_used"])
+    except (ValueError, OSError):
+        return ""
+    per = t.dropna().drop_duplicates("cell")["data_used"].value_counts()
+    if per.empty:
+        return ""
+    return "*Data / model used: " + "; ".join(f"{v} ({n} cell{'s' if n > 1 else ''})" for v, n in per.items()) + \
+        " (a substitute runs where the paper's data or model cannot be obtained).*"
 
 
 def _convergence(expdir: Path) -> str:

@@ -228,7 +228,7 @@ def test_list_and_dry_run(fake):
     lines = []
     assert cli.main(["_fake_*", "--list", "--results-dir", str(fake.results)], out=lines.append) == 0
     row = next(l for l in lines if l.startswith("_fake_squares"))
-    assert "Fake Fig. 0" in row and row.split()[-2:] == ["6", "2"]
+    assert "Fake Fig. 0" in row and row.split()[-3:-1] == ["6", "2"]
     lines = []
     assert cli.main(["_fake_squares", "--dry-run", "--quick", "--set", "mult=2.0",
                      "--results-dir", str(fake.results)], out=lines.append) == 0

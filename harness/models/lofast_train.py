@@ -21,6 +21,7 @@ from harness.models.lipvit import LipText, LipTransformer, LipViT
 from harness.models.train import TRAIN_THREADS, accuracy, fit
 
 KIND = "lofast_model"
+IMAGE_SHAPE = {"cifar10": (32, 3), "svhn": (32, 3)}  # (size, channels); Fashion-MNIST and synthetic: 28x28x1
 KINDS = ("vit", "text")
 
 
@@ -29,7 +30,7 @@ def model_cfg(kind: str, *, layers: int, heads: int, vo_norm: float, seed: int, 
     """The full training config of a LipViT ('vit') or LipText ('text').
 
     Fixed choices (see docs/notes/lofast-exp.md): d = 64, SLL width 2d, ||W^Q||, ||W^K|| <= 1, batch 128,
-    tau = 30; ViT: 28x28 images, embed_norm = ||W_e|| = 0.25 (patch tokens then mostly lie inside
+    tau = 30; ViT: 28x28x1 images (32x32x3 for CIFAR-10 / SVHN), embed_norm = ||W_e|| = 0.25 (patch tokens then mostly lie inside
     LayerProject(1)'s ball, so L_in = 0.25); text: 32 tokens, embeddings from MiniLM's (PCA to d), embed_scale 0.25.
     """
     if kind not in KINDS:
@@ -121,8 +122,9 @@ def build(cfg: Dict[str, Any]) -> LipTransformer:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg["seed"])
         if cfg["kind"] == "vit":
-            return LipViT(image_size=28, patch=cfg["patch"], channels=1, classes=10, embed_norm=cfg["embed_norm"],
-                          **common)
+            size, channels = IMAGE_SHAPE.get(cfg["dataset"], (28, 1))
+            return LipViT(image_size=size, patch=cfg["patch"], channels=channels, classes=10,
+                          embed_norm=cfg["embed_norm"], **common)
         vocab = vocab_size(cfg)
         m = LipText(vocab=vocab, n=cfg["n"], classes=2, embed_scale=cfg["embed_scale"], **common)
     if cfg.get("emb_init") == "minilm-pca" and cfg["dataset"] != "synthetic":

@@ -16,12 +16,14 @@ from ..store.atomic import clean_stale_tmp
 from ..store.cells import CellCache
 from .executors import execute
 from .outputs import load_rows, to_table, write_outputs
-from .plan import EXECUTORS, CellTask, ExpPlan, RunConfig, check_overrides, plan, select, typed_overrides
+from .plan import (EXECUTORS, CellTask, ExpPlan, RunConfig, check_overrides, compute_command, paper_selection, plan,
+                   select, typed_overrides)
+from .substitutes import plan_notices
 from .worker import RESERVED, make_spec, run_one
 
 __all__ = ["RunConfig", "run", "plan", "select", "check_overrides", "execute", "write_outputs", "load_rows",
            "to_table", "format_errors", "ExpResult", "EXECUTORS", "RESERVED", "CellTask", "ExpPlan", "run_one",
-           "typed_overrides", "CLAIM_POLL_S"]
+           "typed_overrides", "CLAIM_POLL_S", "compute_command", "paper_selection"]
 
 MEMORY_BUDGET_MB = 8192  # cells above this peak RSS are flagged in the run log
 CLAIM_POLL_S = 0.5
@@ -43,6 +45,9 @@ class ExpResult:
     errors: List[Dict[str, Any]] = field(default_factory=list)
     figure_error: Optional[str] = None
     output: Optional[Dict[str, Any]] = None
+    absent: List[str] = field(default_factory=list)  # cells without a result (not cached, failed, no data)
+    kept: Optional[str] = None  # why the outputs already there were kept rather than replaced by an incomplete set
+    command: str = ""  # the run_all.py command that computes the absent cells and writes the outputs
 
     def line(self) -> str:
         extra = f", {self.missing_data} missing data" if self.missing_data else ""
@@ -51,6 +56,7 @@ class ExpResult:
         extra += f", {self.elsewhere} computed by another runner" if self.elsewhere else ""
         extra += f", {self.uncached} NOT CACHED (cache unwritable)" if self.uncached else ""
         extra += ", FIGURES FAILED" if self.figure_error else ""
+        extra += ", outputs there KEPT (incomplete result not written)" if self.kept else ""
         return (f"{self.name}: {self.n_cells} cells: {self.computed} computed, {self.cached} cached, "
                 f"{self.failed} failed{extra} [{self.wall_s:.1f}s]")
 
@@ -120,7 +126,10 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
                 r.cached += 1
             elif not collect_only:
                 todo.append(make_spec(p.exp, t, cfg, progress=cfg.progress and cfg.executor == "serial"))
+    for line in plan_notices(plans.values(), cfg.scale):  # one line per substitute, before anything runs
+        echo(line)
     statuses: Dict[str, Dict] = {}
+    written: List[str] = []
 
     def finish(n: str) -> None:
         r, p = results[n], plans[n]
@@ -149,6 +158,12 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
             out = {"figure_error": f"writing outputs failed: {e.__class__.__name__}: {e}\n{traceback.format_exc()}"}
         r.output = out
         r.figure_error = out.get("figure_error")
+        r.absent = [t.label for t in p.tasks if t.state != "cached"
+                    and (statuses.get(t.key) or {}).get("status") not in ("ok", "elsewhere")]
+        r.kept = out.get("kept") and out.get("skipped")
+        r.command = compute_command([n], cfg)
+        if "table" in out:
+            written.append(n)
         r.wall_s = time.perf_counter() - t_start[n]
         echo(r.line())
         for t in p.tasks:
@@ -169,6 +184,8 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
             finish(n)
     from .. import report as _report
 
+    if not written:  # nothing changed under the output root: its README stays as it is
+        return list(results.values())
     try:
         _report.write_readme(cfg.output_root, canonical=cfg.results_dir if not cfg.variant else None)
     except Exception as e:  # noqa: BLE001
@@ -188,4 +205,19 @@ def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:
                 lines.append(head)
         if r.figure_error:
             lines.append(f"[{r.name}] figures: {r.figure_error.rstrip()}")
+        lines += absent_lines(r)
     return "\n".join(lines)
+
+
+def absent_lines(r: ExpResult, show: int = 8) -> List[str]:
+    """Which cells of an experiment have no result (those not cached at --collect included), whether the outputs
+    already there were kept, and the command that computes the absent cells."""
+    lines: List[str] = []
+    if r.missing:
+        names = r.absent[:show] + ([f"... ({len(r.absent) - show} more)"] if len(r.absent) > show else [])
+        lines.append(f"[{r.name}] {r.missing} of {r.n_cells} cell(s) not in the cache: {'; '.join(names)}")
+    if r.kept:
+        lines.append(f"[{r.name}] outputs not written: {r.kept}")
+    if (r.missing or r.kept) and r.command:
+        lines.append(f"[{r.name}] compute the absent cells and write the outputs with: {r.command}")
+    return lines

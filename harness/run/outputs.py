@@ -56,6 +56,8 @@ def load_rows(p, cfg, statuses: Optional[Dict[str, Dict]] = None) -> List[Dict[s
             row = {"experiment": t.experiment, "cell": t.label}
             row.update({k: v for k, v in t.cell.items() if k not in r})
             row.update(r)
+            if getattr(t, "used", None):  # what stood in for the paper's data / model (harness.run.substitutes)
+                row["data_used"] = t.used
             row.update(seed=cfg.seed, device=device_kind(rec.get("device", cfg.device)),
                        dtype=rec.get("dtype", cfg.dtype), scale=cfg.scale, cell_key=t.key[:12])
             rows.append(row)
@@ -101,11 +103,18 @@ def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: O
     outdir = Path(cfg.output_root) / name
     rows = load_rows(p, cfg, statuses)
     store = CellCache(cfg.cache_dir)
+    cells = _cell_entries(p, store, statuses)
+    absent = [c["cell"] for c in cells if c["status"] != "ok"]
     report: Dict[str, Any] = {"experiment": name, "rows": len(rows), "figures": [], "figure_error": None,
-                              "outdir": str(outdir)}
+                              "outdir": str(outdir), "absent": absent}
     if not rows:
         report["skipped"] = "no cached cells"
         return report
+    if absent:
+        lost = would_lose(outdir, cells)
+        if lost is not None:
+            report.update(kept=str(outdir), skipped=lost)
+            return report
     table = to_table(rows)
     outdir.mkdir(parents=True, exist_ok=True)
     write_csv(outdir, table.to_csv(index=False))
@@ -126,17 +135,6 @@ def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: O
             report["figure_error"] = f"writing figures failed: {e.__class__.__name__}: {e}"
         except Exception as e:  # noqa: BLE001 - reported, run continues
             report["figure_error"] = f"{e.__class__.__name__}: {e}\n{traceback.format_exc()}"
-    cells = []
-    for t in p.tasks:
-        entry = {"cell": t.label, "key": t.key, "params": t.cell, "model_source": t.model_source}
-        rec = _record(store, t, statuses)
-        if rec is not None:
-            entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"),
-                         **rec.get("meta", {}))
-        else:
-            st = (statuses or {}).get(t.key, {})
-            entry.update(status=st.get("status", "missing"), error=st.get("error"))
-        cells.append(entry)
     walls = [c.get("wall_s", 0) or 0 for c in cells]
     rss = [c.get("peak_rss_mb", 0) or 0 for c in cells]
     ran = sorted({(c.get("dtype"), c.get("device"), c.get("threads")) for c in cells if c["status"] == "ok"},
@@ -163,3 +161,45 @@ def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: O
     atomic_write_text(outdir / "manifest.json", json.dumps(man, indent=1, default=str) + "\n")
     report["table"] = table
     return report
+
+
+def _cell_entries(p, store: CellCache, statuses: Optional[Dict[str, Dict]]) -> List[Dict[str, Any]]:
+    """The manifest's per-cell entries: parameters, key, status, and the worker's metadata for computed cells."""
+    cells = []
+    for t in p.tasks:
+        entry = {"cell": t.label, "key": t.key, "params": t.cell, "model_source": t.model_source,
+                 "data_source": t.data_source, "data_used": getattr(t, "used", None)}
+        rec = _record(store, t, statuses)
+        if rec is not None:
+            entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"),
+                         **rec.get("meta", {}))
+        else:
+            st = (statuses or {}).get(t.key, {})
+            entry.update(status=st.get("status", "missing"), error=st.get("error"))
+        cells.append(entry)
+    return cells
+
+
+def would_lose(outdir: Path, cells: List[Dict[str, Any]]) -> Optional[str]:
+    """Why an incomplete result must not replace what `outdir` holds, or None when it may.
+
+    A complete result there (committed or from an earlier run) is never replaced by an incomplete one: tables,
+    figures and manifest would lose the rows of the absent cells. An incomplete one there is replaced only by a
+    result holding every cell it holds. An unreadable manifest counts as a result to keep."""
+    man_path = outdir / "manifest.json"
+    if not man_path.is_file():
+        return None
+    try:
+        old = json.loads(man_path.read_text())
+        old_ok = {c["cell"] for c in old.get("cells", []) if c.get("status") == "ok"}
+        complete = bool(old.get("complete", False))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return f"{man_path} is unreadable, so the result there is kept as it is"
+    new_ok = {c["cell"] for c in cells if c["status"] == "ok"}
+    if complete:
+        return f"{outdir} holds a complete result ({len(old_ok)} cells); an incomplete one never replaces it"
+    lost = sorted(old_ok - new_ok)
+    if lost:
+        more = ", ..." if len(lost) > 3 else ""
+        return f"{outdir} holds {len(lost)} cell(s) this result lacks ({', '.join(lost[:3])}{more})"
+    return None

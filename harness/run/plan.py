@@ -14,6 +14,7 @@ from ..registry import Experiment
 from ..store import keys as _keys
 from ..store.cells import CellCache, CorruptCell
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
+from . import substitutes as _substitutes
 
 EXECUTORS = ("serial", "process", "submitit")
 
@@ -82,6 +83,33 @@ class RunConfig:
         return self.results_dir / self.variant if self.variant else self.results_dir
 
 
+def compute_command(names: Sequence[str], cfg: RunConfig) -> str:
+    """The run_all.py command line that computes the cells `cfg` plans for `names` (cached ones are skipped) and
+    writes their outputs: the same scale, overrides, dtype, seed, device, plug-ins and folders."""
+    import json
+    import shlex
+
+    parts = ["run_all.py", *names]
+    if cfg.scale != "full":
+        parts += ["--scale", cfg.scale]
+    for k, vs in sorted(cfg.overrides.items()):
+        one = len(vs) == 1 and not isinstance(vs[0], list)  # n=8 rather than n=[8]
+        parts += ["--set", f"{k}={json.dumps(vs[0] if one else vs)}"]
+    if cfg.dtype != "float64":
+        parts += ["--dtype", cfg.dtype]
+    if cfg.seed != 0:
+        parts += ["--seed", str(cfg.seed)]
+    if _config.device_kind(cfg.device) != "cpu":
+        parts += ["--device", cfg.device]
+    for b in cfg.bounds:
+        parts += ["--bound", b]
+    if cfg.results_dir.resolve() != (REPO_ROOT / "results").resolve():
+        parts += ["--results-dir", str(cfg.results_dir)]
+    if cfg.cache_dir.resolve() != (cfg.results_dir / "cache").resolve():
+        parts += ["--cache-dir", str(cfg.cache_dir)]
+    return " ".join(shlex.quote(x) for x in parts)
+
+
 def _fmt(v: Any) -> str:
     import json
 
@@ -97,6 +125,8 @@ class CellTask:
     state: str = "missing"  # cached | missing | corrupt
     note: str = ""
     model_source: Optional[str] = None
+    data_source: Optional[str] = None
+    used: Optional[str] = None  # data / model used where the experiment declares substitutes (data_used column)
 
 
 @dataclass
@@ -105,6 +135,7 @@ class ExpPlan:
     code: str
     tasks: List[CellTask]
     reads_scale: bool = False
+    substituted: List[tuple] = field(default_factory=list)  # [(Substitute, why)]: used, or needed at paper scale
 
 
 def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
@@ -129,6 +160,8 @@ def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
 def _declared(exp: Experiment, key: str) -> List[Any]:
     vals: List[Any] = []
     for scale in _config.SCALES:
+        if scale == "paper" and not exp.paper:
+            continue
         for g in _grid.subgrids(exp.grid_for(scale)):
             vals += g.get(key, [])
     return vals
@@ -263,18 +296,36 @@ def model_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
         return f"unresolved:{e.__class__.__name__}"
 
 
+def data_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
+    """Where a cell's datasets come from (mirror / NLTK / hub revision / download), without loading them: part of
+    the key. The datasets are exp.data_names(cell) when the experiment defines it, else the cell's "corpus" and
+    "dataset" values that name a dataset of harness.data.sources (synthetic data has no source)."""
+    if hasattr(exp, "data_names"):
+        names = list(exp.data_names(cell))
+    else:
+        names = [cell[k] for k in ("corpus", "dataset") if isinstance(cell.get(k), str)]
+    from ..data import resolve, sources
+
+    got = [resolve.source(n) for n in names if n in sources.DATASETS]
+    return "+".join(got) or None
+
+
 def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     """Cells of one experiment with their keys and cache state (verify: load each file to detect corruption)."""
     exp = _registry.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
-    tasks = []
-    for cell in exp.cells(cfg.scale, typed_overrides(exp, cfg)):
-        src = model_source(exp, cell)
+    tasks, events = [], []
+    overrides = typed_overrides(exp, cfg)
+    for cell in exp.cells(cfg.scale, overrides):
+        cell, used, subs = _substitutes.apply(exp, cell, cfg.scale, fixed=overrides)
+        events += [e for e in subs if e not in events]
+        src, data = model_source(exp, cell), data_source(exp, cell)
         plugins = plugin_sources(exp, cfg, cell)
         key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
-                             scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins)
-        t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src)
+                             scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins,
+                             data_source=data)
+        t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src, data_source=data, used=used)
         if store.exists(name, key):
             if verify:
                 try:
@@ -285,4 +336,12 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
             else:
                 t.state = "cached"
         tasks.append(t)
-    return ExpPlan(exp, code["hash"], tasks, code["reads_scale"])
+    return ExpPlan(exp, code["hash"], tasks, code["reads_scale"], substituted=events)
+
+
+def paper_selection(names: Sequence[str], cfg: RunConfig, explicit: bool) -> List[str]:
+    """--scale paper with no experiment named: the selected experiments that declare a paper scale (the others
+    have no paper sizes to run); named ones are kept, and one without a paper scale is refused by grid_for."""
+    if cfg.scale != "paper" or explicit:
+        return list(names)
+    return [n for n in names if _registry.get_experiment(n).paper]

@@ -33,7 +33,8 @@ def make_spec(exp: Experiment, task, cfg, progress: bool) -> Dict[str, Any]:
         "experiment": exp.name, "module": mod.__name__, "module_file": getattr(mod, "__file__", None),
         "cell": task.cell, "key": task.key, "label": task.label, "seed": cfg.seed, "dtype": cfg.dtype,
         "scale": cfg.scale, "device": cfg.device, "cache_dir": str(cfg.cache_dir), "progress": progress,
-        "threads": cfg.threads, "model_source": task.model_source, "force": bool(cfg.force),
+        "threads": cfg.threads, "model_source": task.model_source, "data_source": task.data_source,
+        "force": bool(cfg.force),
         "bounds": list(cfg.bounds) if getattr(exp, "accepts_bounds", False) else [],  # else via the plugins key
     }
 
@@ -144,7 +145,7 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
                 "pid": os.getpid(), "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         record = {"experiment": spec["experiment"], "key": spec["key"], "cell": spec["cell"], "rows": rows,
                   "seed": spec["seed"], "dtype": spec["dtype"], "scale": spec["scale"], "device": spec["device"],
-                  "model_source": spec.get("model_source"), "meta": meta}
+                  "model_source": spec.get("model_source"), "data_source": spec.get("data_source"), "meta": meta}
         try:
             CellCache(spec["cache_dir"]).save(record)
             status["cached"] = True
@@ -171,17 +172,23 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
 _RSS = RSSSampler
 
 
+_PLUGINS: set = set()  # names of the plug-ins this process registered for its previous cell
+
+
 def _register_plugins(specs: List[str]) -> None:
-    """Register --bound plug-ins in this (possibly fresh) worker process; a function's `scope` attribute says
-    whether it returns per-head ("head", default) or per-layer values."""
-    if not specs:
+    """Register exactly this cell's --bound plug-ins in this (possibly fresh or reused) process, as each function's
+    attributes declare it (registry.register_plugin: bound_name, scope, bounds, residual, paper); plug-ins an
+    earlier cell registered here and this one does not name are removed (a cell evaluates what its key says)."""
+    if not specs and not _PLUGINS:
         return
     from ..bounds import registry as _bounds
 
-    for b in specs:
-        fn = _bounds.load_function(b)
-        _bounds.register_bound(fn, name=getattr(fn, "bound_name", None) or b.partition(":")[2],
-                               scope=getattr(fn, "scope", "head"), paper=getattr(fn, "paper", "user"), replace=True)
+    names = {b.name for spec in specs for b in _bounds.register_plugin(spec, replace=True)}
+    for stale in _PLUGINS - names:
+        if stale in _bounds.bound_names():
+            _bounds.unregister_bound(stale)
+    _PLUGINS.clear()
+    _PLUGINS.update(names)
 
 
 def _done_meanwhile(spec: Dict[str, Any]) -> bool:

@@ -28,7 +28,8 @@ REPO_ROOT = HARNESS_ROOT.parent
 PRESENTATION_MODULES = {"harness.plotting", "harness.report", "harness.manifest", "harness.cli"}
 PRESENTATION_METHODS = {"figures", "summary"}
 DECLARATIVE_ATTRS = {"name", "grid", "quick", "test", "paired", "figures_ref", "description", "dtypes",
-                     "devices", "dtype_note", "float32_exempt", "verify_tol"}
+                     "devices", "dtype_note", "float32_exempt", "verify_tol", "paper", "substitutes",
+                     "paper_cost"}
 ALWAYS = ("harness/run/worker.py",)  # seeds RNGs and checks rows around every cell
 # Neither hashed nor walked: the one dynamic import of plug-in code by name (what it loads is keyed by the plug-in's
 # own source: harness.run.plan.plugin_sources).

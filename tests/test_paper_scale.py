@@ -1,0 +1,138 @@
+"""The papers' settings: the `paper` scale (dry-run plans with an estimate, refusal where undeclared) and the
+declared substitutes (the paper's data where it resolves, the stand-in otherwise, recorded and printed once)."""
+from __future__ import annotations
+
+import pickle
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import cli, registry
+from harness import run as runner
+from harness.registry import Substitute
+from harness.run import substitutes
+from tests._harness_fakes import registered_fakes
+
+PAPER_EXPS = {"lofast_certified", "castin_sqrt_n", "jasmin_sweep"}
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """Nothing reachable: hub downloads off, empty caches, no mirror; the resolver forgets earlier answers."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds_cache"))
+    for v in ("ATTNLIP_DATA", "ATTNLIP_CIFAR10"):
+        monkeypatch.delenv(v, raising=False)
+    substitutes.clear_cache()
+    yield tmp_path
+    substitutes.clear_cache()
+
+
+def _fake_cifar10(root, n=48):
+    """The mirror layout of CIFAR-10 (cifar-10-batches-py/, python pickle batches of plain data and arrays)."""
+    d = root / "cifar-10-batches-py"
+    d.mkdir(parents=True)
+    rng = np.random.RandomState(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.randint(0, 256, size=(n, 3 * 32 * 32)).astype(np.uint8),
+                 b"labels": list(rng.randint(0, 10, size=n))}
+        (d / name).write_bytes(pickle.dumps(batch))
+    return root
+
+
+def test_dry_run_plans_the_paper_scale_with_an_estimate(offline, capsys):
+    assert cli.main(["--dry-run", "--scale", "paper", "--results-dir", str(offline / "res")]) == 0
+    out = capsys.readouterr().out
+    heads = {line.split(" (paper)")[0] for line in out.splitlines() if " (paper): " in line}
+    assert heads == PAPER_EXPS  # with no names: exactly the experiments that declare the paper scale
+    assert "expected at paper scale" in out
+    # the paper scale never substitutes: the missing items are named with how to get them
+    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): jasmin_sweep, lofast_certified need it", out)
+    assert "hf download bert-base-uncased" in out
+
+
+def test_paper_grids_are_the_papers_sizes():
+    cert = registry.get_experiment("lofast_certified").cells("paper")
+    assert {c["dataset"] for c in cert} == {"cifar10"} and {c["train_size"] for c in cert} == {50000}
+    assert {c["patch"] for c in cert} == {4, 8, 16} and {c["points"] for c in cert} == {10000}
+    castin = registry.get_experiment("castin_sqrt_n").cells("paper")
+    assert {c["model"] for c in castin} == {"bert-base-uncased", "gpt2"}
+    assert {c["corpus"] for c in castin} == {"alice", "ag_news"} and all(len(c["n"]) == 50 for c in castin)
+    sweep = registry.get_experiment("jasmin_sweep").cells("paper")
+    assert {(c["dataset"], c["patch"], c["vit_d"], c["vit_depth"]) for c in sweep} == {("cifar10", 4, 768, 12)}
+
+
+def test_an_experiment_without_paper_sizes_refuses_the_scale(capsys):
+    assert cli.main(["castin_gamma", "--scale", "paper", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "castin_gamma" in err and "declares no paper scale" in err and "Traceback" not in err
+
+
+def test_substitute_chosen_offline_with_one_line(offline, capsys):
+    assert cli.main(["lofast_certified", "lofast_ablation", "--dry-run", "--results-dir", str(offline / "r")]) == 0
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if "unreachable" in x]
+    assert len(lines) == 1 and re.fullmatch(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): using Fashion-MNIST "
+                                            r"for lofast_certified, lofast_ablation", lines[0])
+    p = runner.plan("lofast_certified", runner.RunConfig(results_dir=offline / "r"), verify=False)
+    assert {t.cell["dataset"] for t in p.tasks} == {"fashion_mnist"}
+    assert sorted(t.cell["patch"] for t in p.tasks) == [4, 7, 7, 7, 7, 7, 14]  # the patch count kept
+    assert {t.used for t in p.tasks} == {"fashion_mnist (substitute for cifar10)"}
+
+
+def test_paper_data_chosen_when_it_resolves(offline, monkeypatch):
+    monkeypatch.setenv("ATTNLIP_DATA", str(_fake_cifar10(offline / "mirror")))
+    p = runner.plan("lofast_certified", runner.RunConfig(results_dir=offline / "r"), verify=False)
+    assert {t.cell["dataset"] for t in p.tasks} == {"cifar10"} and not p.substituted
+    assert sorted(t.cell["patch"] for t in p.tasks) == [4, 8, 8, 8, 8, 8, 16]
+    assert {t.data_source for t in p.tasks} == {"mirror:cifar10"} and {t.used for t in p.tasks} == {"cifar10 (paper)"}
+
+
+def test_set_value_is_never_substituted(offline):
+    cfg = runner.RunConfig(results_dir=offline / "r", overrides={"dataset": ["cifar10"]})
+    p = runner.plan("lofast_certified", cfg, verify=False)
+    assert {t.cell["dataset"] for t in p.tasks} == {"cifar10"} and {t.data_source for t in p.tasks} == \
+        {"missing:cifar10"}
+
+
+def test_lipvit_trains_on_cifar10_shaped_images(offline, monkeypatch):
+    """The paper's data path at test size: a LipViT on 3x32x32 images (patch 8: 16 patches) trains and predicts."""
+    import torch
+
+    from harness.models import lofast_train
+
+    monkeypatch.setenv("ATTNLIP_DATA", str(_fake_cifar10(offline / "mirror")))
+    cfg = lofast_train.model_cfg("vit", layers=1, heads=2, vo_norm=0.5, seed=0, dataset="cifar10", train_size=32,
+                                 test_size=16, epochs=1, lr=1e-2, patch=8)
+    out = lofast_train.train(cfg)
+    assert 0.0 <= out["info"]["test_acc"] <= 1.0 and out["info"]["steps"] >= 1
+    model = lofast_train.build(cfg)
+    model.load_state_dict(out["state_dict"])
+    assert (model.channels, model.image_size) == (3, 32)
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 10)
+    with pytest.raises(ValueError, match="expected images"):  # Fashion-MNIST-shaped input is refused
+        model(torch.rand(2, 1, 28, 28))
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch):
+    yield from registered_fakes(tmp_path, monkeypatch, "fake_paper")
+
+
+def test_table_column_and_readme_line(fakes, tmp_path, monkeypatch, capsys):
+    """A substituted cell runs the substitute's value, with data_used in the table and the README."""
+    exp = registry.get_experiment("_fake_squares")
+    monkeypatch.setattr(exp, "substitutes", (Substitute("mult", 2.0, 1.5, label="MULT-2", use_label="mult 1.5"),),
+                        raising=False)
+    monkeypatch.setattr(substitutes, "obtainable", lambda s: (False, "offline: test"))
+    cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "res", progress=False, figures=False)
+    lines = []
+    runner.run(["_fake_squares"], cfg, echo=lines.append)
+    assert "MULT-2 unreachable (offline: test): using mult 1.5 for _fake_squares" in lines
+    table = pd.read_csv(cfg.output_root / "_fake_squares" / "table.csv")
+    used = dict(zip(table["mult"], table["data_used"]))
+    assert used[1.5] == "1.5 (substitute for 2.0)" and pd.isna(used[1.0])
+    assert set(table.loc[table["mult"] == 1.5, "value"]) == {1.5}  # the substitute's value ran
+    assert "Data / model used: 1.5 (substitute for 2.0) (1 cell)" in (cfg.output_root / "README.md").read_text()
