@@ -25,10 +25,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
     if cmd == "analyze":
-        config.init_threads()
+        import torch
+
+        before = torch.get_num_threads()
+        config.init_threads()  # the count for this analysis; the caller's is given back (in-process callers)
         from harness.analyze.cli import main as analyze_main
 
-        return analyze_main(rest)
+        try:
+            return analyze_main(rest)
+        finally:
+            torch.set_num_threads(before)
     if cmd == "run":
         from harness.cli import main as run_main
 

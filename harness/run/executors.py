@@ -1,16 +1,35 @@
 """Executors: run cell specs serially, in a local spawn pool (with recovery from dead workers), or via submitit.
 
-Pool workers watch their parent and exit when it dies, so `kill -9` of a runner leaves no orphan workers."""
+Pool workers watch their parent and exit when it dies, so `kill -9` of a runner leaves no orphan workers.
+On Slurm, the controller is asked before anything is submitted (a clear error when none answers), and job states
+come from `squeue`, so a cancelled, timed-out or killed job is reported even on clusters without accounting
+(where submitit's `sacct` fails and would wait for its result forever)."""
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .. import config as _config
+from ..errors import AttnLipError
 from .worker import run_cells, run_one, worker_init
+
+SLURM_PROBE_TIMEOUT_S = 15.0  # how long `sinfo` may take before the cluster counts as not answering
+SLURM_POLL_S = 2.0  # how often `squeue` is asked for job states while waiting
+SLURM_GRACE_S = 5.0  # an ended job's result file may appear this much later (shared file systems)
+SLURM_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+                "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "PREEMPTED"}
+SLURM_FIX = ("start Slurm (on one machine, as root: .ci/slurm-up.sh; elsewhere ask the cluster's admins), or set "
+             "SLURM_CONF to the cluster's slurm.conf, or run on this machine instead: --cluster local, or "
+             "--executor process -j N")
+
+
+class ClusterUnavailable(AttnLipError, RuntimeError):
+    """The Slurm executor was asked for but no Slurm controller answers; raised before anything is submitted."""
 
 
 def _pbar(total: int, desc: str, enabled: bool):
@@ -20,23 +39,36 @@ def _pbar(total: int, desc: str, enabled: bool):
                 file=sys.stderr)
 
 
+def _cluster(cfg) -> str:
+    return cfg.cluster or ("slurm" if shutil.which("sbatch") else "local")
+
+
 def threads_per_worker(cfg) -> int:
-    return cfg.threads or max(1, (os.cpu_count() or 1) // cfg.jobs)
+    """--threads, else the thread policy's count for --jobs workers on this machine (harness.config.thread_count:
+    $ATTNLIP_THREADS / $OMP_NUM_THREADS, else the free cores shared by the workers). A Slurm job gets its own
+    cores, whatever the load of the submitting machine: cores // jobs of one node (its cpus_per_task)."""
+    if cfg.executor == "submitit" and _cluster(cfg) == "slurm":
+        return cfg.threads or max(1, (os.cpu_count() or 1) // cfg.jobs)
+    return _config.thread_count(cfg.threads, cfg.jobs)
 
 
 def execute(specs: List[Dict[str, Any]], cfg, desc: str = "cells") -> List[Dict[str, Any]]:
     """Run cell specs with the configured executor; one status dict per spec (order not guaranteed)."""
     if not specs:
         return []
-    if cfg.executor == "serial":
-        out = []
-        if cfg.threads:
-            _config.apply_threads(cfg.threads)
-        with _pbar(len(specs), desc, cfg.progress) as bar:
-            for s in specs:
-                bar.set_postfix_str(s["label"][:40], refresh=False)
-                out.append(run_one(s))
-                bar.update()
+    if cfg.executor == "serial":  # in this process: the caller's thread count is given back afterwards
+        import torch
+
+        out, before = [], torch.get_num_threads()
+        _config.apply_threads(threads_per_worker(cfg))
+        try:
+            with _pbar(len(specs), desc, cfg.progress) as bar:
+                for s in specs:
+                    bar.set_postfix_str(s["label"][:40], refresh=False)
+                    out.append(run_one(s))
+                    bar.update()
+        finally:
+            torch.set_num_threads(before)
         return out
     threads = threads_per_worker(cfg)
     specs = [dict(s, threads=threads) for s in specs]
@@ -95,11 +127,61 @@ def _pool_round(specs, jobs: int, threads: int, fresh: bool, out: List[Dict[str,
     return dead
 
 
+def check_slurm(timeout_s: Optional[float] = None) -> str:
+    """Ask the Slurm controller (`sinfo`) whether it answers; ClusterUnavailable with the cause and the fix if not.
+
+    Returns a warning (empty when none): a cluster that answers but has no usable node runs nothing."""
+    timeout_s = SLURM_PROBE_TIMEOUT_S if timeout_s is None else timeout_s
+    missing = [c for c in ("sbatch", "sinfo", "squeue", "scancel") if shutil.which(c) is None]
+    if missing:
+        raise ClusterUnavailable(f"--cluster slurm needs the Slurm commands, but {', '.join(missing)} "
+                                 f"{'is' if len(missing) == 1 else 'are'} not on PATH. Fix: {SLURM_FIX}")
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%P|%a|%T|%D"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ClusterUnavailable(f"no Slurm cluster answers: `sinfo` got no reply within {timeout_s:.0f} s (the "
+                                 f"controller slurmctld is down or unreachable). Fix: {SLURM_FIX}") from None
+    except OSError as e:
+        raise ClusterUnavailable(f"no Slurm cluster answers: `sinfo` could not run ({e}). Fix: {SLURM_FIX}") from None
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        raise ClusterUnavailable(f"`sbatch` is on PATH but no Slurm cluster answers: `sinfo` failed ({why}). "
+                                 f"Fix: {SLURM_FIX}")
+    rows = [line.split("|") for line in p.stdout.splitlines() if line.count("|") == 3]
+    if not rows:
+        raise ClusterUnavailable(f"the Slurm cluster answers but has no partition (`sinfo` listed none). "
+                                 f"Fix: {SLURM_FIX}")
+    usable = [r for r in rows if r[1] == "up" and r[2].rstrip("*~#!%$@^-") in ("idle", "mixed", "allocated",
+                                                                                "completing")]
+    if not usable:
+        states = ", ".join(sorted({f"{r[0]} {r[1]} {r[2]}" for r in rows}))
+        return (f"warning: no Slurm node is usable now ({states}): submitted jobs wait until one is "
+                f"(`sinfo -R` says why nodes are down)")
+    return ""
+
+
+def slurm_states(job_ids: List[str]) -> Optional[Dict[str, str]]:
+    """State of every task of these Slurm jobs, e.g. {"12_0": "COMPLETED", "12_1": "RUNNING"} (array tasks one by
+    one); a task missing from the answer has left the controller's memory. None when `squeue` does not answer."""
+    base = sorted({j.split("_")[0] for j in job_ids})
+    try:
+        p = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(base)],
+                           capture_output=True, text=True, timeout=SLURM_PROBE_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if p.returncode != 0 and "Invalid job id" not in p.stderr:  # all jobs long gone: no states, not an error
+        return None
+    return dict(line.strip().split("|", 1) for line in p.stdout.splitlines() if "|" in line)
+
+
 def _execute_submitit(specs, cfg, desc: str, threads: int):
     import submitit
-    from submitit.helpers import as_completed
 
-    cluster = cfg.cluster or ("slurm" if shutil.which("sbatch") else "local")
+    cluster = _cluster(cfg)
+    if cluster == "slurm":
+        warning = check_slurm()
+        if warning:
+            print(warning, file=sys.stderr)
     folder = Path(cfg.cache_dir) / "submitit" / "%j"
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
     params = {"timeout_min": cfg.timeout_min, **cfg.executor_params}
@@ -112,14 +194,52 @@ def _execute_submitit(specs, cfg, desc: str, threads: int):
         chunks = [specs[i::n] for i in range(n)]
     ex.update_parameters(**params)
     jobs = ex.map_array(run_cells, chunks)
-    by_job = {id(j): c for j, c in zip(jobs, chunks)}
-    out = []
     with _pbar(len(specs), desc, cfg.progress) as bar:
-        for job in as_completed(jobs, poll_frequency=0.2):
-            try:
-                res = job.result()
-            except Exception as e:  # job crashed / was killed: its cells count as failed unless cached
-                res = [lost(s, f"submitit job {job.job_id} failed: {e}") for s in by_job[id(job)]]
+        return _collect(list(zip(jobs, chunks)), cluster == "slurm", bar)
+
+
+def _result(job, chunk) -> List[Dict[str, Any]]:
+    try:
+        return job.result()
+    except Exception as e:  # noqa: BLE001 - job crashed / was killed: its cells count as failed unless cached
+        return [lost(s, f"submitit job {job.job_id} failed: {e}") for s in chunk]
+
+
+def _collect(pending, slurm: bool, bar) -> List[Dict[str, Any]]:
+    """Statuses of submitted jobs as they finish. A Slurm job is done when its result file exists, or when squeue
+    says it ended (cancelled, timed out, failed) and no result file appears within SLURM_GRACE_S."""
+    out: List[Dict[str, Any]] = []
+    ended: Dict[str, tuple] = {}  # job id -> (state, when first seen ended)
+    next_probe = time.monotonic() + SLURM_POLL_S
+    while pending:
+        still = []
+        for job, chunk in pending:
+            if slurm:
+                gone = ended.get(job.job_id)
+                if job.paths.result_pickle.exists():
+                    res = _result(job, chunk)
+                elif gone and time.monotonic() - gone[1] > SLURM_GRACE_S:
+                    res = [lost(s, f"Slurm job {job.job_id} ended {gone[0]} without a result (cancelled, timed out "
+                                   f"or killed; log: {job.paths.stderr}); run again to compute its cells") for s in chunk]
+                else:
+                    still.append((job, chunk))
+                    continue
+            elif job.done():
+                res = _result(job, chunk)
+            else:
+                still.append((job, chunk))
+                continue
             out += res
             bar.update(len(res))
+        pending = still
+        if slurm and pending and time.monotonic() >= next_probe:
+            states = slurm_states([j.job_id for j, _ in pending])
+            if states is not None:
+                for job, _ in pending:
+                    st = states.get(job.job_id, "(no longer listed by squeue)")
+                    if st not in SLURM_ACTIVE:
+                        ended.setdefault(job.job_id, (st, time.monotonic()))
+            next_probe = time.monotonic() + SLURM_POLL_S
+        if pending:
+            time.sleep(0.2)
     return out

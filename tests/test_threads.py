@@ -1,0 +1,78 @@
+"""The thread policy (harness.config.init_threads): passive OpenMP waiting set before torch loads libgomp (checked
+through libgomp's own report of its settings), the user's settings win, and the automatic count follows the cores
+that are free (affinity minus load average) shared by the workers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _libgomp_settings(code: str, **env) -> str:
+    """stderr of a fresh interpreter running `code`, with libgomp printing its settings when it initialises."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "ATTNLIP_THREADS")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(base, OMP_DISPLAY_ENV="VERBOSE", **env),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout + r.stderr
+
+
+def test_passive_wait_reaches_libgomp_when_set_before_torch():
+    out = _libgomp_settings("from harness import config; config.init_threads(); import torch; torch.ones(2).sum()")
+    assert "GOMP_SPINCOUNT = '0'" in out and "OMP_WAIT_POLICY = 'PASSIVE'" in out, out
+
+
+def test_passive_wait_cannot_be_set_after_torch_loaded():
+    out = _libgomp_settings("import torch, os; from harness import config; config.init_threads(); "
+                            "print('policy env:', os.environ.get('OMP_WAIT_POLICY'))")
+    assert "GOMP_SPINCOUNT = '300000'" in out  # libgomp's default spinning, read when torch loaded it
+    assert "policy env: None" in out  # not set where it could not work (child processes inherit torch's default)
+
+
+def test_the_users_wait_policy_wins():
+    out = _libgomp_settings("from harness import config; config.init_threads(); import torch", OMP_WAIT_POLICY="ACTIVE")
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in out
+
+
+@pytest.fixture
+def restore_threads(monkeypatch):
+    before = torch.get_num_threads()
+    for k in ("ATTNLIP_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    yield monkeypatch
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("load, jobs, expect", [(0.0, 1, 4), (1.3, 1, 3), (2.6, 1, 1), (9.0, 1, 1), (0.2, 2, 2),
+                                                (1.0, 4, 1)])
+def test_automatic_count_takes_the_free_cores(restore_threads, load, jobs, expect):
+    restore_threads.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert config.init_threads(jobs=jobs) == expect == torch.get_num_threads()
+
+
+def test_explicit_and_environment_counts_win(restore_threads):
+    restore_threads.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert config.init_threads(threads=3) == 3
+    restore_threads.setenv("ATTNLIP_THREADS", "2")
+    assert config.init_threads() == 2
+    assert config.init_threads(threads=1) == 1  # --threads over the environment
+    restore_threads.delenv("ATTNLIP_THREADS")
+    torch.set_num_threads(3)
+    restore_threads.setenv("OMP_NUM_THREADS", "3")  # torch read it at start-up: the count is left as it is
+    assert config.init_threads() == 3
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "-2"])
+def test_bad_thread_counts_are_named(restore_threads, bad):
+    restore_threads.setenv("ATTNLIP_THREADS", bad)
+    with pytest.raises(ValueError, match=r"threads must be"):
+        config.init_threads()
