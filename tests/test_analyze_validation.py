@@ -15,17 +15,12 @@ transformers = pytest.importorskip("transformers")
 from harness.analyze import analyze, cli, validate  # noqa: E402
 from harness.models import text as text_models  # noqa: E402
 
+from tests.test_analyze import _bert_tokenizer  # noqa: E402 - one helper for both files
+
 REPO = Path(__file__).resolve().parents[1]
 POSITIONS = 64
 TEXT = "The cat sat on the mat."
 LONG = " ".join(["the cat sat on the mat and looked at the dog"] * 12)  # about 130 word pieces
-
-
-def _bert_tokenizer():
-    try:
-        return text_models.bert_tokenizer()
-    except Exception as e:  # the MiniLM package ships the tokenizer
-        pytest.skip(f"BERT tokenizer unavailable: {e}")
 
 
 @pytest.fixture(scope="module")

@@ -54,10 +54,13 @@ class AnalyzeState(InputState):
         self.delta, self.seed, self.certify_steps, self.upper = float(delta), int(seed), int(certify_steps), {}
 
     def _truth(self, X: Tensor, w):
-        """Lanczos on J^T J (kernels.krylov) from a seeded Gaussian, at least `certify_steps` products before
-        stopping so the KW estimate is finite: (value, converged, upper), each (...,) over X's batch dims."""
+        """||J(X)|| of the attention layer w: (value, converged, upper), each (...,) over X's batch dims."""
+        return self._lanczos_norm(X, *layer_operator(X, w, self.causal))
+
+    def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
+        """Lanczos on J^T J (kernels.krylov) for the operator (matvec, rmatvec) at X from a seeded Gaussian, at
+        least `certify_steps` products before stopping so the KW estimate is finite: (value, converged, upper)."""
         tol = self.tol if self.tol is not None else (TOL if X.dtype == torch.float64 else default_tol(X.dtype))
-        matvec, rmatvec = layer_operator(X, w, self.causal)
         batch, event = X.shape[:-2], X.shape[-2:]
         g = torch.Generator(device=X.device).manual_seed(self.seed)
         x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())

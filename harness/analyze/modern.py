@@ -17,10 +17,7 @@ import torch
 
 from harness.analyze.core import AnalyzeState
 from harness.bounds import registry
-from harness.kernels.krylov import CallableGram, lanczos
-from harness.kernels.layer import TOL
 from harness.kernels.pgd import pgd_maximize
-from harness.kernels.power import default_tol
 from harness.models.adapters_modern import AttentionMap
 
 Tensor = torch.Tensor
@@ -43,19 +40,9 @@ class MapState(AnalyzeState):
     def _norm(self, f, X: Tensor):
         """||J_f(X)|| for f acting on (..., n, d) batches: (value, converged, certified upper) over X's batch
         dims, Lanczos on J^T J from a seeded Gaussian (at least certify_steps products; docs/math.md §4)."""
-        tol = self.tol if self.tol is not None else (TOL if X.dtype == torch.float64 else default_tol(X.dtype))
         X = X.detach()
         _, vjp = torch.func.vjp(f, X)
-        matvec = lambda U: torch.func.jvp(f, (X,), (U,))[1]
-        rmatvec = lambda G: vjp(G)[0]
-        batch, event = X.shape[:-2], X.shape[-2:]
-        g = torch.Generator(device=X.device).manual_seed(self.seed)
-        x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
-        x0 = x0 / x0.norm(dim=-1, keepdim=True)
-        op = CallableGram(matvec, rmatvec, batch, event, x0)
-        r = lanczos(op, x0, iters=self.iters, tol=tol, krylov=max(30, self.certify_steps + 2),
-                    min_steps=self.certify_steps, delta=self.delta)
-        return r.value.reshape(batch), r.converged.reshape(batch), r.upper.reshape(batch)
+        return self._lanczos_norm(X, lambda U: torch.func.jvp(f, (X,), (U,))[1], lambda G: vjp(G)[0])
 
     def _heads_input(self) -> Tensor:
         X = self.X
