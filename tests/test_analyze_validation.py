@@ -13,7 +13,6 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from harness.analyze import analyze, cli, validate  # noqa: E402
-from harness.models import text as text_models  # noqa: E402
 
 from tests.test_analyze import _bert_tokenizer  # noqa: E402 - one helper for both files
 
