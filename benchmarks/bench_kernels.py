@@ -24,8 +24,9 @@ from harness.kernels.attention import AttentionWeights
 from harness.kernels.operators import reduce_qk
 
 SIZES = {"tiny": (6, 8, 2), "small": (32, 64, 4), "mid": (128, 256, 8), "vitb": (197, 768, 12),
-         "big": (512, 768, 12)}  # (n, d, h)
-DENSE = ("tiny", "small")  # sizes where the explicit matrices fit
+         "big": (512, 768, 12), "batch": (32, 64, 4), "tinybatch": (6, 8, 2)}  # (n, d, h)
+BATCH = {"batch": 64, "tinybatch": 5}  # sizes measured on a batch of inputs (ARPACK: input by input, head by head)
+DENSE = ("tiny", "small", "tinybatch")  # sizes where the explicit matrices fit
 TOL = 1e-8
 
 
@@ -34,7 +35,7 @@ def case(size: str, dtype=torch.float64, seed: int = 0):
     n, d, h = SIZES[size]
     g = torch.Generator().manual_seed(seed)
     w = AttentionWeights.random(d, h, scale=1.0, dtype=dtype, generator=g)
-    X = torch.randn(n, d, dtype=dtype, generator=g)
+    X = torch.randn(*((BATCH[size],) if size in BATCH else ()), n, d, dtype=dtype, generator=g)
     return X / X.norm(dim=-1, keepdim=True), w
 
 
@@ -67,6 +68,15 @@ def _timed(calls, kind, f):
     return g
 
 
+def _per_input(fn):
+    """ARPACK and the dense route take one input (n, d); a batch (B, n, d) runs input by input."""
+    def run(X, w, *a, **k):
+        return torch.stack([fn(x, w, *a, **k) for x in X]) if X.dim() == 3 else fn(X, w, *a, **k)
+    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+    return run
+
+
+@_per_input
 def arpack_m(X, w):
     """svds on Z -> Z K'^T + Q' Z^T (n r -> n^2) per head, numpy throughout (no torch overhead per product)."""
     w = prepare(X, w)
@@ -84,6 +94,7 @@ def arpack_m(X, w):
     return torch.tensor(out, dtype=X.dtype)
 
 
+@_per_input
 def arpack_zeta(X, w, residual=True, calls=None):
     w = prepare(X, w)
     n, d = X.shape
@@ -108,10 +119,12 @@ def arpack_zeta(X, w, residual=True, calls=None):
 
 
 # ---- dense --------------------------------------------------------------------------------------------------
+@_per_input
 def dense_m(X, w):
     return torch.stack([torch.linalg.matrix_norm(m_dense_matrix(X, w, l), ord=2) for l in range(w.h)])
 
 
+@_per_input
 def dense_zeta(X, w):
     return torch.linalg.matrix_norm(zeta_dense_matrix(X, w, True), ord=2)
 
@@ -124,18 +137,19 @@ def rel_diff(a, b) -> float:
     return float(((a - b).abs() / b.abs()).max())
 
 
-BENCH_SIZES = os.environ.get("ATTNLIP_BENCH_SIZES", "small,mid").split(",")
+BENCH_SIZES = os.environ.get("ATTNLIP_BENCH_SIZES", "small,batch,mid").split(",")
 
 
 @pytest.mark.parametrize("size", BENCH_SIZES)
 @pytest.mark.parametrize("what", ["m", "zeta"])
 @pytest.mark.parametrize("method", ["ours", "arpack", "dense"])
 def test_bench_exact_norms(benchmark, size, what, method):
-    size = "tiny" if benchmark.disabled else size  # plain test run (CI): one tiny case each
+    if benchmark.disabled:  # plain test run (CI): one tiny case each
+        size = "tinybatch" if size in BATCH else "tiny"
     if method == "dense" and size not in DENSE:
         pytest.skip("the explicit matrix does not fit at this size")
     X, w = case(size)
-    benchmark.group = f"{what} {size} {SIZES[size]}"
+    benchmark.group = f"{what} {size} {SIZES[size]}" + (f" x{BATCH[size]} inputs" if size in BATCH else "")
     fn = METHODS[(what, method)]
     val = benchmark.pedantic(lambda: fn(X, w), rounds=1 if benchmark.disabled else 3, iterations=1)
     ref = METHODS[(what, "dense" if size in DENSE else "arpack")](X, w)

@@ -1,7 +1,8 @@
 """One-shot benchmark reports, markdown on stdout.
 
-`python -m benchmarks.report [--threads 2] [--sizes small,mid,vitb,big] [--quick]` (default part "kernels"):
-exact ||M_l|| (all heads) and zeta at each size, ours (thick-restart Lanczos on the reduced operators) vs scipy svds
+`python -m benchmarks.report [--threads 2] [--sizes small,batch,mid,vitb,big] [--quick]` (default part
+"kernels"): exact ||M_l|| (all heads) and zeta at each size (`batch`: 64 inputs at n=32 in one call, ARPACK
+input by input), ours (thick-restart Lanczos on the reduced operators) vs scipy svds
 (ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
 `--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
@@ -147,12 +148,13 @@ def rows_large(scale: str, repeats: int, threads: int):
 
 def kernels_rows(sizes, repeats: int):
     """The kernel measurements (see module docstring): a dict per size and quantity."""
-    from benchmarks.bench_kernels import DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
+    from benchmarks.bench_kernels import BATCH, DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
 
     rows = []
     for size in sizes:
         X, w = kcase(size)
         n, d, h = KS[size]
+        label = f"n={n} d={d} h={h}" + (f", {BATCH[size]} inputs" if size in BATCH else "")
         for what, name in (("m", "‖M_l‖ all heads"), ("zeta", "zeta")):
             vo, to = measure(lambda: METHODS[(what, "ours")](X, w), repeats, True)
             # ARPACK gets the same treatment as ours: a warm-up call, then the median of `repeats`
@@ -161,7 +163,7 @@ def kernels_rows(sizes, repeats: int):
             ref = va
             if size in DENSE:
                 ref, td = measure(lambda: METHODS[(what, "dense")](X, w), 1, False)
-            rows.append(dict(size=f"n={n} d={d} h={h}", quantity=name, ours=to, arpack=ta, dense=td,
+            rows.append(dict(size=label, quantity=name, ours=to, arpack=ta, dense=td,
                              rel=rel_diff(vo, ref), ref="dense" if size in DENSE else "ARPACK"))
             print(_kernels_line(rows[-1]), file=sys.stderr, flush=True)
     return rows
@@ -300,7 +302,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "peak", "floor"], default="kernels")
     ap.add_argument("--sizes", default=None,
-                    help="kernels / floor parts: comma-separated sizes (default small,mid,vitb,big / small,vitb)")
+                    help="kernels / floor parts: comma-separated sizes "
+                         "(default small,batch,mid,vitb,big / small,vitb)")
     ap.add_argument("--threads", default="2",
                     help="threads for torch AND numpy's BLAS (ARPACK's operator), e.g. 2; kernels / floor parts: a "
                          "comma-separated list (1,2) measures each count in the same run")
@@ -325,7 +328,7 @@ def main(argv=None):
         return
     print(f"Machine: {machine(counts if len(counts) > 1 else None)}\n")
     sizes = lambda default: ["tiny"] if a.quick else (a.sizes or default).split(",")
-    timed = {"kernels": lambda: kernels_rows(sizes("small,mid,vitb,big"), a.repeats),
+    timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report,
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.part in timed:

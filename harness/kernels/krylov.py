@@ -6,10 +6,11 @@ what keeps every finite operator finite (A^T A of ||A|| = 1e200 is 1e400 in floa
 
 `lanczos` (docs/math.md §4, Wu & Simon's thick restart):
 - reorthogonalization: two classical Gram-Schmidt passes over the basis per step ("twice is enough") when
-  N < PARTIAL_MIN_DIM; in larger spaces Simon's partial reorthogonalization in the first cycle and, after a
-  restart, the three-term part then one pass (two passes on a cycle's first step). The projected matrix
-  H = V^T M V is stored densely (its lower triangle), so a restart keeps the top `keep` Ritz vectors plus the
-  residual (H becomes an arrowhead) and the top Ritz value never decreases across restarts;
+  N < PARTIAL_MIN_DIM and the batch's basis is below PARTIAL_MIN_BYTES; in larger spaces or batches Simon's
+  partial reorthogonalization in the first cycle and, after a restart, the three-term part then one pass (two
+  passes on a cycle's first step). The projected matrix H = V^T M V is stored densely (its lower triangle), so
+  a restart keeps the top `keep` Ritz vectors plus the residual (H becomes an arrowhead) and the top Ritz value
+  never decreases across restarts;
 - convergence: relative Ritz residual ||M y - theta y|| / theta < tol (bounds the relative error of theta by tol,
   Weyl), tested from the top eigenpair of the k x k matrix H (k <= krylov): every `check_every` steps near
   convergence, up to 4 x check_every apart while the residual, extrapolated from the last two tests, is far
@@ -104,6 +105,7 @@ class CallableGram(GramOperator):
 
 
 PARTIAL_MIN_DIM = 4096  # reorth="auto": partial reorthogonalization from this dimension on (docs/notes/kernels.md)
+PARTIAL_MIN_BYTES = 32 * 2**20  # ... or from this size of the whole batch's basis on (it no longer stays in cache)
 
 
 def _omega_step(H: Tensor, omega: Tensor, omega_prev: Tensor, j: int, beta: Tensor, N: int, eps: float) -> Tensor:
@@ -211,7 +213,8 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     before this many products (to reach the Krylov dimension a certificate needs). delta: compute the KW upper
     estimate (only meaningful when x0 is Gaussian and drawn independently of the operator).
     reorth: "full" (every step), "partial" (Simon's PRO in the first cycle, full after a restart) or "auto"
-    (partial iff N >= PARTIAL_MIN_DIM, where reading the basis twice per step costs more than the operator).
+    (partial iff N >= PARTIAL_MIN_DIM or the batch's basis takes >= PARTIAL_MIN_BYTES: where reading the basis
+    twice per step costs more than the operator, e.g. many small problems at once).
     The iteration runs under torch.inference_mode (no autograd bookkeeping on its many small ops); the results
     are returned as ordinary tensors.
     """
@@ -248,7 +251,9 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, delta, re
     V[:, 0] = x
     hmax = torch.zeros(B, dtype=dt, device=dev)  # running max |H_ij| (breakdown threshold)
     k, steps, products, restarted, fresh, n_passes = 1, 0, 0, False, 0, 0
-    partial = reorth == "partial" or (reorth == "auto" and N >= PARTIAL_MIN_DIM)
+    # a large space or a basis beyond the cache: reading the basis costs more than the operator (see lanczos)
+    lean = N >= PARTIAL_MIN_DIM or B * (m + 1) * N * x0.element_size() >= PARTIAL_MIN_BYTES
+    partial = reorth == "partial" or (reorth == "auto" and lean)
     if partial:  # omega[:, i] estimates v_k . v_i for the newest vector v_k (omega_prev: for v_{k-1}); Simon 1984
         omega = torch.zeros(B, m + 1, dtype=dt, device=dev)
         omega[:, 0] = 1
@@ -284,8 +289,8 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, delta, re
                     h = h + c
                     n_passes += 1
         else:  # full reorthogonalization: two classical Gram-Schmidt passes ("twice is enough"), or, in a large
-            # space after the first step of a cycle, the three-term part and one pass (reads the basis once)
-            passes = 2 if (N < PARTIAL_MIN_DIM or j == 0 or j == fresh) else 1
+            # space or batch after the first step of a cycle, the three-term part and one pass (reads the basis once)
+            passes = 2 if (not lean or j == 0 or j == fresh) else 1
             if passes == 1:
                 w, h = _three_term(V, w, j, k)
                 w, c = _cgs_pass(Vk, w)
