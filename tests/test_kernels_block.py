@@ -64,9 +64,15 @@ def test_block_paper_value_vanishes_under_identity_layernorm(tiny):
     assert bool((B.block_paper_value(F, lay.X) < 1e-4 * lip).all())
 
 
-def test_post_ln_refuses_gpt2():
+def test_post_ln_refuses_gpt2(monkeypatch):
+    from harness.models import text
+
+    # the block map needs no tokenizer; GPT-2's may be absent offline (no hub cache, no mirror)
+    monkeypatch.setattr(text, "tokenizer_for", lambda *a, **k: None)
+    text._cached.cache_clear()
     with pytest.raises(UnsupportedContext, match="post-LN"):
         blocks.post_ln("tiny-gpt2", 0)
+    text._cached.cache_clear()
 
 
 def test_self_map_is_hf_attention_self(tiny):
