@@ -313,7 +313,8 @@ def tightness_summary(table) -> str:
     for src in sorted(table.source.unique()):
         t = table[table.source == src]
         e = t.eps.max()
-        g = t[np.isclose(t.eps, e)].groupby("quantity")[list(COLUMN.values())].mean()
+        cols = [c for c in COLUMN.values() if c in t]  # tables made before "refined" existed lack its column
+        g = t[np.isclose(t.eps, e)].groupby("quantity")[cols].mean()
         f = lambda q, vs: " / ".join(f"{g.loc[q, COLUMN[v]]:.4g}" for v in vs)  # noqa: E731
         lines.append(f"| {src} ({t.model.iloc[0]}) | {e:.2f} | {f('delta21', ['fine', 'coarse', 'sharp', 'pgd'])} | "
                      f"{f('delta22', ['fine', 'naive', 'pgd'])} | "
