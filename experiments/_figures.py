@@ -18,6 +18,23 @@ SUBSTITUTES = {
 }
 
 
+DATASETS = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
+            "synthetic": "synthetic test-scale images"}
+
+
+def dataset_name(table, default: str = "fashion_mnist") -> str:
+    """The image data the table's ViT rows ran on, readable ('Fashion-MNIST'): read from its `dataset` column (the
+    cell that ran, after harness.run.substitutes swapped in a stand-in), else the committed setting `default`."""
+    ran = [str(v) for v in (table["dataset"].dropna().unique() if "dataset" in table.columns else [])
+           if str(v) in DATASETS]
+    return " / ".join(DATASETS[v] for v in dict.fromkeys(ran)) or DATASETS.get(default, default)
+
+
+def lipvit_name(table) -> str:
+    """'Fashion-MNIST LipViT' (the data the table's Lipschitz ViT was trained on)."""
+    return f"{dataset_name(table)} LipViT"
+
+
 def ref(table, i: int = 0) -> str:
     """The paper figure the table's experiment reproduces (its figures_ref[i]); '' for an unregistered one."""
     from harness import registry

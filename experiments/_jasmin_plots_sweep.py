@@ -9,7 +9,7 @@ import numpy as np
 
 from harness import plotting
 
-from ._figures import facets, ref
+from ._figures import dataset_name, facets, ref
 
 CODES = ("Codes: 'JaSMin k=K lam=L agg' = penalty L x sum over layers and heads of agg_i log g_1(P_i) (k = 0) or "
          "log(g_1 / g_k)(P_i) (k > 0), agg = mean or max over query rows i; 'Specformer(joint|q|k|v, L)' = "
@@ -27,7 +27,8 @@ def sweep_note(table) -> str:
     col = lambda c, d="?": table[c].iloc[0] if c in table.columns else d  # noqa: E731
     return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT (d = {col('vit_d')}, "
             f"{col('vit_depth')} layers, {col('vit_heads')} heads, patch {col('patch')}) trained from scratch for "
-            f"{col('train_steps')} Adam steps on {col('dataset')} (no CIFAR / ViT-B offline, CPU budget). " + CODES)
+            f"{col('train_steps')} Adam steps on {dataset_name(table)} (no ViT-B checkpoint offline, CPU budget). "
+            + CODES)
 
 
 def method_order(methods) -> List[str]:

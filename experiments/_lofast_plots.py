@@ -221,11 +221,11 @@ SOURCES = {"vit": "LipViT, layer 0", "minilm": "MiniLM-L6, layer 0"}
 
 def plot_input_norm(table, outdir: Path):
     """Fig. 4: bound / PGD at the largest eps vs the input scale per source, and bound and PGD vs eps per scale."""
-    from ._figures import facets
+    from ._figures import facets, lipvit_name, ref
 
     r = input_norm_ratios(table)
     e = r.eps.max()
-    note = ("Inputs: unit-norm token rows scaled by s. Layer 0 of the Fashion-MNIST LipViT (2 layers, 8 heads, "
+    note = (f"Inputs: unit-norm token rows scaled by s. Layer 0 of the {lipvit_name(table)} (2 layers, 8 heads, "
             "c = 0.5) and of pretrained MiniLM-L6 (biases dropped; SST-2 tokens). Paper: a CIFAR-10 ViT layer.")
 
     def draw_ratio(ax, k, t):
@@ -240,7 +240,7 @@ def plot_input_norm(table, outdir: Path):
         ax.set_title(SOURCES.get(k[0], k[0]), loc="left")
 
     def draw_curves(ax, k, t):
-        for v in list(BOUNDS) + ["pgd_plain", "pgd"]:
+        for v in (v for v in list(BOUNDS) + ["pgd_plain", "pgd"] if COLUMN[v] in t):  # older tables: no refined
             m = t.groupby("eps")[COLUMN[v]].mean()
             m = m[m > 0]  # log axis: eps = 0 has no change
             ax.plot(m.index, m.values, label={"pgd": "PGD + Lemma 1 start", "pgd_plain": "PGD (random starts)"}
@@ -252,7 +252,7 @@ def plot_input_norm(table, outdir: Path):
 
     first = table[table.source == sorted(table.source.unique())[0]].sort_values("input_scale")
     return (facets(r[np.isclose(r.eps, e)].sort_values("source"), ["source"], outdir, "lofast_input_norm_ratio",
-                   draw_ratio, "Bound / PGD ratio vs input norm", note=note, ncols=2)
+                   draw_ratio, "Bound / PGD ratio vs input norm", note=note, ncols=2, ref_text=ref(table))
             + facets(first, ["source", "input_scale"], outdir, "lofast_input_norm_curves", draw_curves,
                      "Upper bounds and PGD lower bounds vs eps, by input scale", note=note, ncols=3))
 
@@ -284,7 +284,7 @@ def plot_quantities(table, outdir: Path, stem: str):
     """One panel per (source, quantity): each bound and lower bound vs eps (means over samples)."""
     from harness import plotting
 
-    from ._figures import facets
+    from ._figures import facets, lipvit_name
 
     names = {"delta21": "single head, delta_21", "delta22": "single head, delta_22",
              "delta": "multi-head layer, delta (eq. 23)"}
@@ -302,7 +302,7 @@ def plot_quantities(table, outdir: Path, stem: str):
     t = table.assign(qo=table.quantity.map({"delta21": 0, "delta22": 1, "delta": 2})).sort_values(["source", "qo"])
     return facets(t, ["source", "quantity"], outdir, stem, draw, "Theorem 1's terms: upper bounds vs PGD lower "
                   "bounds", ncols=3, note="Paper: one layer of a CIFAR-10 ViT (4 patches). Here: layer 0 of the "
-                  "Fashion-MNIST LipViT (2 layers, 8 heads, c = 0.5; 16 patches) and of pretrained MiniLM-L6 "
+                  f"{lipvit_name(table)} (2 layers, 8 heads, c = 0.5; 16 patches) and of pretrained MiniLM-L6 "
                   "(biases dropped) on SST-2 tokens; unit-norm token rows. 'ours': bounds added here.")
 
 

@@ -5,6 +5,8 @@ import numpy as np
 
 from harness import plotting
 
+from ._figures import lipvit_name
+
 BOUNDS = [("bound_fine", "fine (exact ||M||)", "-"), ("bound_coarse", "coarse (zeta + xi, the paper's)", "--"),
           ("bound_sharp", "sharp (softmax 1/2)", ":")]
 
@@ -36,8 +38,8 @@ def regime_figure(table, outdir):
         plotting.caption(ax, f"{src} ({g['model'].iloc[0]}), n = {n} tokens")
         ax.set_xlabel("perturbation eps (Frobenius)")
         ax.set_ylabel("eq. 23 bound / PGD lower bound")
-    note = ("Paper: a CIFAR-10 ViT layer with 4 patches. Here: the Fashion-MNIST LipViT trained here and pretrained "
-            "MiniLM layer 0 (SST-2 tokens), rows scaled to norm ||x_i||; n = 4 keeps the first 4 tokens. "
+    note = (f"Paper: a CIFAR-10 ViT layer with 4 patches. Here: the {lipvit_name(table)} trained here and "
+            "pretrained MiniLM layer 0 (SST-2 tokens), rows scaled to norm ||x_i||; n = 4 keeps the first 4 tokens. "
             "Ratio 1 = tight; medians over samples.")
     return plotting.finish(fig, outdir, "lofast_tightness_regime", "LoFAST (Havens et al.) Fig. 1",
                            title="Where is LoFAST's end-to-end bound tight?", note=note, ncol=2)

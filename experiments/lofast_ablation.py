@@ -38,6 +38,7 @@ class LofastAblation(Experiment):
         return [dict(r, model=model) for r in rows]
 
     def figures(self, table, outdir: Path):
+        from experiments._figures import lipvit_name
         from harness import plotting
 
         eps = float(table.eps.iloc[0])
@@ -55,7 +56,7 @@ class LofastAblation(Experiment):
         ax.set_yscale("log")
         plotting.caption(ax, "one parameter perturbed at a time (band: min-max over samples)")
         return plotting.finish(fig, outdir, "lofast_ablation", self.figures_ref[0], "Sensitivity of Theorem 1's "
-                               "bound to each parameter", note="Layer 0 of the Fashion-MNIST LipViT (2 layers, 8 "
+                               "bound to each parameter", note=f"Layer 0 of the {lipvit_name(table)} (2 layers, 8 "
                                "heads, W^V, W^O spectral norm <= 0.5). Paper: a CIFAR-10 ViT layer.", ncol=3)
 
     def summary(self, table) -> str:

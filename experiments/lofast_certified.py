@@ -55,9 +55,10 @@ class LofastCertified(Experiment):
 
     def figures(self, table, outdir: Path):
         from experiments import _lofast_plots as P
+        from experiments._figures import lipvit_name
 
         return P.plot_certified(table, outdir, "lofast_certified", "l2 radius eps (pixels in [0, 1])",
-                                "CIFAR-10 ViT", "Fashion-MNIST LipViT")
+                                "CIFAR-10 ViT", lipvit_name(table))
 
     def summary(self, table) -> str:
         from experiments import _lofast_plots as P

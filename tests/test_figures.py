@@ -1,6 +1,8 @@
 """Every figure an experiment draws reads at the README's width: aspect ratio <= 3.5, at most 16 data
 panels per image, every data panel with an x and a y label (a figure-level supxlabel / supylabel counts for every
 panel; a colorbar needs a label on its long axis), at most one legend per image, and a title (the paper figure).
+An experiment that declares substitutes (registry.Substitute) says in every image's footnote what the paper used
+and what stands in for it here.
 
 Figures are built from each registered experiment's test-scale table: the same run as the smoke test, on its
 session cache (`experiment_cache`), so after the smoke test only the rendering is timed here. The check sits in
@@ -101,10 +103,38 @@ def figure_problems(fig) -> list:
     return bad
 
 
+def _norm(text: str) -> str:
+    return "".join(c for c in str(text).lower() if c.isalnum())
+
+
+def substitute_problems(exp, notes: str, table) -> list:
+    """What the figure text `notes` (footnotes, not the title) leaves out of `exp`'s declared substitutes: each
+    Substitute's paper item ('CIFAR-10', 'GPT-2') and what ran instead: the data of the table's `dataset` column
+    ('Fashion-MNIST'), or for a model the random-init stand-in."""
+    from experiments import _figures
+
+    text, bad = _norm(notes), []
+    for s in getattr(exp, "substitutes", ()) or ():
+        paper = _figures.MODEL_NAMES.get(str(s.paper), s.label.replace("pretrained ", "")) if s.key == "model" \
+            else (s.label or str(s.paper))
+        if _norm(paper) not in text:
+            bad.append(f"the paper's {s.key} {paper!r} not named")
+        here = "random" if s.key == "model" else _figures.dataset_name(table, default=str(s.use))
+        if _norm(here) not in text:
+            bad.append(f"its stand-in {here!r} not named")
+    return bad
+
+
+class Saved(dict):
+    """{file name: problems} and, in .notes, {file name: the figure's text outside its title}."""
+    notes: dict
+
+
 @pytest.fixture
 def saved(monkeypatch):
     """Every Figure.savefig of the test: {file name: problems}; PDFs are skipped (same Figure as the PNG)."""
-    found = {}
+    found = Saved()
+    found.notes = {}
     original = matplotlib.figure.Figure.savefig
 
     def savefig(fig, fname, *a, **kw):
@@ -118,6 +148,7 @@ def saved(monkeypatch):
         if w / h > plotting.MAX_ASPECT:
             problems.append(f"aspect ratio {w}x{h} = {w / h:.2f} > {plotting.MAX_ASPECT}")
         found[name.rsplit("/", 1)[-1]] = problems
+        found.notes[name.rsplit("/", 1)[-1]] = " ".join(t.get_text() for t in fig.texts if t is not fig._suptitle)
         return None
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
@@ -134,6 +165,32 @@ def test_figures_readable(name, tmp_path, experiment_cache, saved):
     assert saved, f"{name}: no PNG written"
     bad = {f: p for f, p in saved.items() if p}
     assert not bad, f"{name}: " + "; ".join(f"{f}: {', '.join(p)}" for f, p in bad.items())
+    exp = registry.get_experiment(name)
+    if exp.substitutes:
+        import pandas as pd
+
+        (path,) = (tmp_path / "results").glob(f"**/{name}/table.parquet")
+        table = pd.read_parquet(path)
+        subs = {f: substitute_problems(exp, n, table) for f, n in saved.notes.items()}
+        subs = {f: p for f, p in subs.items() if p}
+        assert not subs, f"{name}: footnote " + "; ".join(f"{f}: {', '.join(p)}" for f, p in subs.items())
+
+
+def test_substitute_check_can_fail(saved, tmp_path):
+    """A figure of an experiment with a CIFAR-10 -> Fashion-MNIST substitute fails without a footnote and with
+    one naming only the paper's data; it passes once the footnote also names what ran."""
+    import pandas as pd
+
+    exp = registry.get_experiment("lofast_ablation")
+    table = pd.DataFrame({"dataset": ["fashion_mnist"]})
+    for stem, note in (("none", ""), ("half", "Paper: a CIFAR-10 ViT."), ("full", "Paper: CIFAR-10. Here: "
+                                                                              "Fashion-MNIST LipViT.")):
+        fig, ax = plotting.figure()
+        ax.plot([0, 1], [0, 1])
+        plotting.finish(fig, tmp_path, stem, "Fig. 1", note=note)
+    assert len(substitute_problems(exp, saved.notes["none.png"], table)) == 2
+    assert substitute_problems(exp, saved.notes["half.png"], table) == ["its stand-in 'Fashion-MNIST' not named"]
+    assert substitute_problems(exp, saved.notes["full.png"], table) == []
 
 
 def test_checker_catches_a_strip(saved, tmp_path):
