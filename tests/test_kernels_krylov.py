@@ -341,11 +341,11 @@ def test_breakdown_between_convergence_tests_is_caught_at_once():
 def test_convergence_tests_are_spaced_while_far_from_tol(monkeypatch):
     """The projected eigenproblem is solved at most every check_every steps, further apart while the residual is
     far from tol: on slowly converging operators, fewer than one test per 4 products; same values."""
-    from harness.kernels import krylov
+    from harness.kernels import krylov, lanczos_steps
 
     calls = []
-    orig = krylov._top_eigh
-    monkeypatch.setattr(krylov, "_top_eigh", lambda H, p: (calls.append(H.shape[-1]), orig(H, p))[1])
+    orig = lanczos_steps.top_eigh
+    monkeypatch.setattr(lanczos_steps, "top_eigh", lambda H, *a: (calls.append(H.shape[-1]), orig(H, *a))[1])
     g = torch.Generator().manual_seed(5)
     s = torch.linspace(1, 0.9, 400, dtype=DT)  # top gap 2.5e-4: ~100 products
     Q, _ = torch.linalg.qr(torch.randn(400, 400, dtype=DT, generator=g))
@@ -353,3 +353,22 @@ def test_convergence_tests_are_spaced_while_far_from_tol(monkeypatch):
     r = krylov.lanczos(_gram_of(M[None]), torch.randn(1, 400, dtype=DT, generator=g), tol=1e-10, krylov=200)
     assert bool(r.converged.all()) and rel(r.value, torch.tensor([1.0], dtype=DT)) <= 1e-9
     assert int(r.steps) >= 40 and len(calls) * 4 < int(r.steps), (len(calls), int(r.steps))
+
+
+def test_projected_eigenproblem_tridiagonal_route_matches_the_full_one():
+    """The first cycle's projected matrix is tridiagonal: LAPACK stemr on its two diagonals gives the same top
+    eigenpairs as syevr on the whole lower triangle and as torch.linalg.eigh (values to 1e-14, vectors up to sign);
+    a non-finite matrix gives NaN, not a wrong pair."""
+    from harness.kernels.lanczos_steps import top_eigh
+
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.rand(6, 12, dtype=DT, generator=g), torch.rand(6, 11, dtype=DT, generator=g)
+    H = torch.diag_embed(a) + torch.diag_embed(b, -1)
+    H[2, 5, 5] = float("nan")
+    ev_t, Y_t = top_eigh(H, 3, tridiagonal=True)
+    ev_f, Y_f = top_eigh(H, 3)
+    ok = torch.arange(6) != 2
+    ref = torch.linalg.eigvalsh(H[ok])[:, -3:]
+    assert torch.isnan(ev_t[2]).all() and torch.isnan(Y_t[2]).all()
+    assert rel(ev_t[ok], ref) <= 1e-14 and rel(ev_f[ok], ref) <= 1e-14
+    assert ((Y_t[ok].abs() - Y_f[ok].abs()).abs().max()) <= 1e-12
