@@ -44,3 +44,21 @@ def test_bench_analyze_minilm_128_tokens(benchmark, alice):
     assert df["sound"].all()
     heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
     assert len(heads) == 12 * df["layer"].nunique()
+
+
+def test_bench_analyze_bert_base_512_tokens(benchmark, tmp_path):
+    """Paper size: random-init BERT-base (12 layers x 12 heads, d = 768) on one 512-token text, every bound and the
+    truth (docs/notes/analyze.md "Paper-size analyze"). As a plain test: a 2-layer d = 32 BERT on 16 tokens."""
+    T = pytest.importorskip("transformers")
+    from harness.analyze.core import analyze
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    cfg = T.BertConfig(**({} if not benchmark.disabled else small))
+    model = T.BertModel(cfg).eval()
+    n = 16 if benchmark.disabled else 512
+    ids = torch.randint(1000, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(1))
+    df = benchmark.pedantic(lambda: analyze(model, {"input_ids": ids}, entry_points=False), rounds=1, iterations=1)
+    assert int(df["n_tokens"].iloc[0]) == n and df["layer"].nunique() == cfg.num_hidden_layers
+    assert df["sound"].all()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.bounds import lofast as L
-from harness.bounds.lofast_ops import MOperator, ZetaOperator, m_dense_matrix, zeta_dense_matrix
+from harness.bounds.lofast_ops import m_dense_matrix, m_gram, zeta_dense_matrix, zeta_gram
 from harness.kernels.attention import AttentionWeights, attention
 from harness.kernels.power import jacobian_norm
 
@@ -53,15 +53,17 @@ def _linop(mv, rmv, shape_in, shape_out, m, k):
 
 
 def svds_m_norms(X, w, tol=1e-10):
-    """scipy.sparse.linalg.svds (ARPACK) on our M_l operator wrapped in a LinearOperator, one head at a time."""
+    """scipy.sparse.linalg.svds (ARPACK) on our (reduced, exact) M_l operator wrapped in a LinearOperator, one head
+    at a time: ||M_l|| = scale_l ||R_l||, R_l: Z (n x r) -> Z K'^T + Q' Z^T (harness.kernels.operators.MGram)."""
     from scipy.sparse.linalg import svds
 
-    n, d = X.shape
+    n = X.shape[0]
+    ops, _ = m_gram(X, w)  # one row per head
     out = []
     for l in range(w.h):
-        op = MOperator(X, w.head(l))
-        A = _linop(op.matvec, op.rmatvec, (1, n, d), (1, n, n), n * n, n * d)
-        out.append(svds(A, k=1, tol=tol, return_singular_vectors=False, random_state=0)[0])
+        op = ops.select(torch.tensor([l]))
+        A = _linop(op.matvec, op.rmatvec, (1, n, op.r), (1, n, n), n * n, n * op.r)
+        out.append(float(op.scale[0]) * svds(A, k=1, tol=tol, return_singular_vectors=False, random_state=0)[0])
     return torch.tensor(out)
 
 
@@ -70,9 +72,9 @@ def svds_zeta(X, w, tol=1e-10):
     from scipy.sparse.linalg import svds
 
     n, d = X.shape
-    op = ZetaOperator(X, w, True)
-    A = _linop(op.matvec, op.rmatvec, (n, d), (n, d), n * d, n * d)
-    return torch.tensor(svds(A, k=1, tol=tol, return_singular_vectors=False, random_state=0)[0])
+    op, _ = zeta_gram(X, w, True)  # T_X = scale * op.matvec (harness.kernels.operators.ZetaGram)
+    A = _linop(op.matvec, op.rmatvec, (1, n, d), (1, n, d), n * d, n * d)
+    return torch.tensor(float(op.scale[0]) * svds(A, k=1, tol=tol, return_singular_vectors=False, random_state=0)[0])
 
 
 def jac_batched(X, w, iters=JAC_ITERS):

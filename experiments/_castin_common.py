@@ -11,11 +11,12 @@ import torch
 from harness.bounds.castin import max_gamma_head
 from harness.kernels.attention import AttentionWeights
 from harness.models import text
+from harness.tolerances import truth_tol
 
 
 def tol(dtype) -> float:
-    """Lanczos tolerance (relative Ritz residual on sigma^2): 1e-6 in float64, 1e-4 below (reachable in float32)."""
-    return 1e-6 if dtype == torch.float64 else 1e-4
+    """Lanczos tolerance of the measured local Lipschitz constants: the truth's, harness.tolerances.truth_tol."""
+    return truth_tol(dtype)
 
 
 def layers(cell, ctx, n: int, count: int, indices=None, dtype=torch.float64) -> Dict[int, text.Layer]:

@@ -6,19 +6,19 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.models.certify import BOUNDS  # noqa: E402 - the certificates' bounds, in table order
+from harness.bounds import registry as _registry
+from harness.models.certify import BOUNDS  # noqa: E402 - the certificates' bounds (registry order)
 
-BOUND_LABELS = {"naive": "eq. 9 naive (paper)", "coarse": "Thm 1, xi (paper)", "fine": "Thm 1, exact ||M|| (ours)",
-                "sharp": "exact ||M||, softmax 1/2 (ours)", "refined": "exact ||M||, per-ball softmax c(eps) (ours)"}
-BOUND_STYLE = {"naive": dict(color="#999999", linestyle=":"), "coarse": dict(color="#0072B2", linestyle="--"),
-               "fine": dict(color="#0072B2", linestyle="-"), "sharp": dict(color="#56B4E9", linestyle="-"),
-               "refined": dict(color="#D55E00", linestyle="-"),
-               "pgd": dict(color="#555555", linestyle="-", marker="x"),
-               "pgd_plain": dict(color="#AAAAAA", linestyle="-", marker=".")}
-# table column of each plotted series
-COLUMN = {"naive": "bound_naive", "coarse": "bound_coarse", "fine": "bound_fine", "sharp": "bound_sharp",
-          "refined": "bound_refined",
-          "pgd": "pgd", "pgd_plain": "pgd_plain"}
+# legend label and table column of every certificate, from the registry (a plug-in ball-change bound included)
+BOUND_LABELS = {b: _registry.labels()[b] for b in BOUNDS}
+_PALETTE = [dict(color="#999999", linestyle=":"), dict(color="#0072B2", linestyle="--"),
+            dict(color="#0072B2", linestyle="-"), dict(color="#56B4E9", linestyle="-"),
+            dict(color="#D55E00", linestyle="-"), dict(color="#009E73", linestyle="-."),
+            dict(color="#CC79A7", linestyle="-.")]
+BOUND_STYLE = {b: _PALETTE[i % len(_PALETTE)] for i, b in enumerate(BOUNDS)}
+BOUND_STYLE.update(pgd=dict(color="#555555", linestyle="-", marker="x"),
+                   pgd_plain=dict(color="#AAAAAA", linestyle="-", marker="."))
+COLUMN = {**{b: f"bound_{b}" for b in BOUNDS}, "pgd": "pgd", "pgd_plain": "pgd_plain"}
 
 
 def config_label(t) -> "pd.Series":

@@ -312,3 +312,23 @@ def test_float32_agrees_with_float64(saved):
     b = analyze(model, TEXTS, tokenizer=tok, eps=0.0, dtype="float32")
     assert list(a["method"]) == list(b["method"]) and b.attrs["dtype"] == "float32"
     np.testing.assert_allclose(b["value"].values, a["value"].values, rtol=2e-3)
+
+
+def test_analyze_truth_is_the_registrys_truth_with_a_certificate():
+    from harness.bounds.input_state import InputState
+    from harness.kernels import layer as L
+    from harness.kernels.attention import AttentionWeights
+    from harness.kernels.linalg import spec
+
+    g = torch.Generator().manual_seed(3)
+    w = AttentionWeights.random(16, 4, scale=1.5, dtype=torch.float64, generator=g, bias=True)
+    X = torch.randn(2, 24, 16, dtype=torch.float64, generator=g)
+    a, s = core.AnalyzeState(X, w, seed=5, certify_steps=26), InputState(X, w)
+    cert = dict(steps=26, delta=1e-6)
+    for heads, got in ((True, a.truth_head), (False, a.truth_layer)):
+        ref = L.truth(X, w, heads=heads, seed=5, certify=cert)
+        assert torch.equal(got, ref.value) and torch.equal(a.upper["head" if heads else "layer"], ref.upper)
+    assert torch.allclose(s.truth_head, a.truth_head, rtol=1e-6) and torch.allclose(s.truth_layer, a.truth_layer,
+                                                                                      rtol=1e-6)
+    assert s.upper == {} and set(core.truth_uppers(a)) == {("truth_upper", "head"), ("truth_upper", "layer")}
+    assert torch.allclose(s.P_norm, spec(s.P), rtol=1e-13)

@@ -95,6 +95,30 @@ def test_lofast_entries_equal_the_paper_functions():
         assert bool(ev.converged[(key, "layer")].all())
 
 
+def test_lofast_limits_are_theorem1s_limit():
+    """The eps -> 0 entries are lofast.theorem1_limit at the state: equal to the written-out limit
+    zeta + sum_l c_l/sqrt(dh) m_l ||X V'_l|| (per head ||P_l|| ||VO_l|| + ...) and to the matching Theorem 1
+    certificate's delta(X, eps)/eps as eps -> 0."""
+    import math
+
+    from harness.bounds.input_state import InputState
+
+    X, w = _case(9)
+    s = InputState(X, w, tol=1e-12)
+    sq = math.sqrt(s.w.dh)
+    for name, m, c, cert in (("lofast_fine", s.m_fine, 1.0, "fine"), ("lofast_coarse", s.m_coarse, 1.0, "coarse"),
+                             ("lofast_sharp", s.m_fine, 0.5, "sharp"),
+                             ("lofast_refined", s.m_fine, s.P.amax((-1, -2)).clamp(max=0.5), "refined")):
+        layer = R.get(name, "layer").fn(s)
+        assert torch.equal(layer, s.zeta + (c / sq * m * s.value_norm).sum(-1)), name
+        assert torch.equal(R.get(name, "head").fn(s), s.P_norm * s.VO_norm + c / sq * m * s.value_norm), name
+        assert torch.allclose(R.get(cert, "layer").fn(s, 1e-9) / 1e-9, layer, rtol=1e-6), name
+    naive = R.get("lofast_naive", "layer").fn(s)
+    assert torch.allclose(naive, (s.VO_norm * s.P_norm).sum(-1) + (s.m_coarse * s.value_norm).sum(-1) / sq,
+                          rtol=1e-14)
+    assert torch.allclose(R.get("naive", "layer").fn(s, 1e-9) / 1e-9, naive, rtol=1e-6)
+
+
 def test_attention_maps_computed_once(monkeypatch):
     from harness.bounds import input_state
 

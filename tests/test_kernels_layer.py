@@ -83,3 +83,34 @@ def test_float32_follows_inputs_and_agrees():
     v = L.warm_start(r32.vector, (3, 7, 8))
     assert v.dtype == torch.float32 and v.shape == (3, 7, 8)
     assert L.paper_value(X.float(), w.to(torch.float32)).dtype == torch.float32
+
+
+def test_truth_is_one_function_and_matches_dense_jacobians():
+    from harness.bounds import castin
+
+    w, X = _w(16, 8, seed=20), _X(2, 6, 16, seed=21)  # d = 16 > 3 dh = 6: the reduced heads are smaller than X
+    dense_heads = castin.head_lipschitz_dense(X, w)  # (2, 8), biases included
+    dense_layer = torch.stack([torch.linalg.matrix_norm(dense_jacobian(L.layer_map(w), X[b]), ord=2) for b in range(2)])
+    for certify in (None, dict(steps=24, delta=1e-6)):
+        h = L.truth(X, w, heads=True, certify=certify)
+        f = L.truth(X, w, certify=certify)
+        assert torch.allclose(h.value, dense_heads, rtol=1e-6) and torch.allclose(f.value, dense_layer, rtol=1e-6)
+        if certify is not None:  # the KW estimate is above the truth
+            assert bool((h.upper >= dense_heads * (1 - 1e-9)).all()) and bool((f.upper >= dense_layer).all())
+    assert torch.equal(castin.head_lipschitz(X, w), L.truth(X, w, heads=True).value)
+
+
+def test_one_tolerance_per_dtype_and_purpose():
+    from experiments import _castin_common as C
+    from harness import tolerances as T
+    from harness.bounds import registry
+    from harness.kernels.power import default_tol
+
+    for dt in (torch.float64, torch.float32, torch.bfloat16):
+        assert C.tol(dt) == T.truth_tol(dt) and default_tol(dt) == T.norm_tol(dt)
+    assert (T.truth_tol(torch.float64), T.truth_tol(torch.float32)) == (1e-6, 1e-5)
+    # the soundness slack exceeds the truth's relative error (<= tol / 2 on sigma) in every dtype
+    assert registry.SOUND_RTOL == T.SOUND_RTOL > T.truth_tol(torch.float32) / 2
+    # the default tolerance of lipschitz is the truth's: a looser explicit one gives a different (cheaper) run
+    w, X = _w(8, 2, seed=22), _X(1, 64, 8, seed=23)  # n d = 512 > DENSE_MAX: Lanczos
+    assert L.lipschitz(X, w).iters == L.lipschitz(X, w, tol=T.truth_tol(DT)).iters != L.lipschitz(X, w, tol=1e-2).iters

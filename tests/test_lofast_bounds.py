@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness.bounds import lofast as L
-from harness.bounds.lofast_ops import m_dense_matrix, zeta_dense_matrix
+from harness.bounds.lofast_ops import m_dense_matrix, m_gram, zeta_dense_matrix, zeta_gram
 from harness.kernels.attention import AttentionWeights, attention, scores
 from harness.kernels.power import NonConvergenceWarning, jacobian_norm
 
@@ -83,6 +83,71 @@ def test_m_norms_equal_eq20(seed, scale, xscale):
     assert torch.allclose(m_dense_matrix(X, w, 0), dense_eq20(X, B[0]), atol=1e-12)
     Jsc = torch.func.jacrev(lambda Z: scores(Z, w) * math.sqrt(w.dh))(X)  # (h, n, n, n, d)
     assert rel(L.m_norms(X, w), spec(Jsc.reshape(w.h, 16, 24))) <= RTOL
+
+
+@pytest.mark.parametrize("side", ["domain", "codomain"])
+def test_gram_operators_apply_the_dense_eq12_and_eq20_matrices(side):
+    """The one operator set (harness.kernels.operators via lofast_ops) is eqs. 12 and 20: scale * matvec and
+    scale * rmatvec equal the dense float64 matrices and their transposes, for a batch of inputs."""
+    X, w = make(3, n=4, d=6, h=2, scale=2.0, batch=(3,))
+    g = torch.Generator().manual_seed(0)
+    G, S = torch.randn(3, 4, 6, dtype=DT, generator=g), torch.randn(3, 4, 4, dtype=DT, generator=g)
+    for residual in (True, False):
+        T, P = zeta_gram(X, w, residual)
+        assert torch.allclose(P, torch.softmax(scores(X, w), -1))
+        K = torch.stack([kron_eq12(x, w, residual) for x in X])  # (3, nd, nd)
+        assert torch.allclose(T.scale[:, None, None] * T.matvec(G), (K @ G.reshape(3, -1, 1)).reshape(G.shape),
+                              atol=1e-12)
+        assert torch.allclose(T.scale[:, None, None] * T.rmatvec(G),
+                              (K.mT @ G.reshape(3, -1, 1)).reshape(G.shape), atol=1e-12)
+    op, U = m_gram(X, w, side)  # flat batch (3 h): input b, head l at row b h + l
+    B = w.wq @ w.wk.transpose(-1, -2)
+    out = op.scale[:, None, None] * op.matvec((G[:, None] @ U).flatten(0, 1))  # M_l(G) = R(G U_l): (3 h, n, n)
+    back = (op.scale[:, None, None] * op.rmatvec(S.repeat_interleave(w.h, 0))).unflatten(0, (3, w.h)) @ U.mT
+    for b in range(3):  # back: M_l^T(S) = R^T(S) U_l^T
+        for l in range(w.h):
+            M = dense_eq20(X[b], B[l])  # (n^2, nd)
+            assert torch.allclose(out[b * w.h + l].reshape(-1), M @ G[b].reshape(-1), atol=1e-12)
+            assert torch.allclose(back[b, l].reshape(-1), M.T @ S[b].reshape(-1), atol=1e-12)
+
+
+def test_pgd_delta1_equals_pgd_on_the_dense_eq12_matrix():
+    """pgd_delta1 runs on the Gram operator; the same PGD on the explicit eq. 12 matrix gives the same value."""
+    from harness.kernels.pgd import pgd_maximize
+
+    X, w = make(4, n=4, d=6, h=2, scale=3.0, batch=(2,))
+    e = torch.tensor([0.1, 0.7], dtype=DT)
+    for residual in (True, False):
+        K = torch.stack([kron_eq12(x, w, residual) for x in X])
+        obj = lambda Z: (K @ (Z - X).reshape(2, -1, 1)).flatten(-2).norm(dim=-1)
+        dense = pgd_maximize(obj, X, e, steps=20, restarts=2, batch_dims=1, seed=0).value
+        ours = L.pgd_delta1(X, w, e, residual, steps=20, restarts=2, seed=0)
+        assert rel(ours, dense) <= 1e-10
+        assert (ours <= L.zeta(X, w, residual, tol=1e-12) * e * (1 + 1e-9)).all()
+
+
+def test_theorem1_limit_is_theorem1_over_eps_at_zero():
+    """theorem1_limit is theorem1(eps)/eps as eps -> 0, and equals the hand-written limit
+    d1 + sum_l c_l/sqrt(dh) m_l ||X VO_l|| (per head: d1_l + c_l/sqrt(dh) m_l ||X VO_l||) exactly."""
+    g = torch.Generator().manual_seed(2)
+    d1, m, xvo = torch.rand(5, generator=g, dtype=DT), torch.rand(5, 3, generator=g, dtype=DT), \
+        torch.rand(5, 3, generator=g, dtype=DT)
+    b, vo, dh = torch.rand(3, generator=g, dtype=DT), torch.rand(3, generator=g, dtype=DT), 4
+    for c in (1.0, 0.5, 0.5 * torch.rand(5, 3, generator=g, dtype=DT)):
+        lim = L.theorem1_limit(d1, m, xvo, dh, c)
+        assert torch.equal(lim, d1 + (c / math.sqrt(dh) * m * xvo).sum(-1))
+        assert torch.equal(L.theorem1_limit(d1[:, None] * vo, m, xvo, dh, c, heads=True),
+                           d1[:, None] * vo + c / math.sqrt(dh) * m * xvo)
+        for eps in (1e-6, 1e-9):
+            e = torch.tensor(eps, dtype=DT)
+            assert rel(L.theorem1(d1, m, b, xvo, vo, dh, e, c) / eps, lim) <= 10 * eps
+        assert (L.theorem1(d1, m, b, xvo, vo, dh, torch.tensor(0.1, dtype=DT), c) / 0.1 > lim).all()
+    X, w = make(6, batch=(3,), scale=2.0)  # lipschitz_upper is the limit of delta; the written-out formula
+    for fine, c in ((True, 1.0), (False, 0.5)):
+        m = L.m_norms(X, w) if fine else L.xi(X, w)
+        vn = torch.linalg.matrix_norm(X.unsqueeze(-3) @ w.VO(), ord=2)
+        ref = L.zeta(X, w) + c / math.sqrt(w.dh) * (m * vn).sum(-1)
+        assert rel(L.lipschitz_upper(X, w, fine=fine, softmax_lip=c), ref) <= 1e-13
 
 
 def test_xi_dominates_m_and_matches_dense():

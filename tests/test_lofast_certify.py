@@ -6,7 +6,7 @@ import torch
 from harness.bounds import lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
-from harness.models.certify import BOUNDS, certify, layer_delta, layer_terms, margins, pgd_attack
+from harness.models.certify import BOUNDS, NEEDS_M, certify, layer_delta, layer_terms, margins, pgd_attack
 from harness.models.lipvit import LipViT
 
 DT = torch.float64
@@ -156,10 +156,16 @@ def test_guarantee_per_bound_counts_the_estimates_it_uses(trained):
     assert L == 2 and h == 2
     assert cert.guarantee_of("naive") == 0.0
     assert cert.guarantee_of("coarse") == pytest.approx(L * lofast.DELTA)
-    for b in ("fine", "sharp", "refined"):
+    for b in NEEDS_M:
         assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.DELTA) == pytest.approx(cert.guarantee)
     with pytest.raises(ValueError, match="unknown bound"):
         cert.guarantee_of("tight")
+    coarse = certify(m, X[:4], y[:4], fine=False)  # no ||M_l|| estimates: the bounds using them cannot be counted
+    assert coarse.guarantee == coarse.guarantee_of("coarse") == pytest.approx(L * lofast.DELTA)
+    assert coarse.guarantee_of("naive") == 0.0
+    for b in NEEDS_M:
+        with pytest.raises(ValueError, match="fine=True"):
+            coarse.guarantee_of(b)
 
 
 def test_certify_rows_and_summary_report_the_guarantee(trained):

@@ -14,7 +14,6 @@ plug-ins registered with bounds="ball_change" join it as eps-ball rows, checked 
 """
 from __future__ import annotations
 
-import functools
 import math
 import time
 from typing import Callable, Iterable, List, Optional, Sequence, Union
@@ -26,9 +25,7 @@ from harness.analyze.inputs import load_model, model_inputs
 from harness.bounds import castin, lofast, registry
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
-from harness.kernels.layer import TOL, BatchedWeights, layer_operator
-from harness.kernels.krylov import CallableGram, lanczos
-from harness.kernels.power import default_tol
+from harness.kernels.layer import certified_norm
 from harness.models.adapters import adapter_for, lengths
 
 Tensor = torch.Tensor
@@ -45,62 +42,21 @@ EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope,
 
 
 class AnalyzeState(InputState):
-    """bounds.input_state.InputState whose Lanczos truths start from a Gaussian drawn before looking, so they also carry
-    the Kuczynski-Wozniakowski certified upper estimate (probability >= 1 - delta over the start; docs/math.md §4)."""
+    """bounds.input_state.InputState whose truths start from a Gaussian drawn before looking, so they also carry
+    the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - delta over the start;
+    kernels.layer.certified_norm, docs/math.md §4)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
                  delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
-        super().__init__(X, w, causal, tol, iters)
-        self.delta, self.seed, self.certify_steps, self.upper = float(delta), int(seed), int(certify_steps), {}
-
-    def _truth(self, X: Tensor, w):
-        """||J(X)|| of the attention layer w: (value, converged, upper), each (...,) over X's batch dims."""
-        return self._lanczos_norm(X, *layer_operator(X, w, self.causal))
+        self.delta, self.seed, self.certify_steps = float(delta), int(seed), int(certify_steps)
+        super().__init__(X, w, causal, tol, iters,
+                         certify=dict(steps=self.certify_steps, delta=self.delta, seed=self.seed))
 
     def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
-        """Lanczos on J^T J (kernels.krylov) for the operator (matvec, rmatvec) at X from a seeded Gaussian, at
-        least `certify_steps` products before stopping so the KW estimate is finite: (value, converged, upper)."""
-        tol = self.tol if self.tol is not None else (TOL if X.dtype == torch.float64 else default_tol(X.dtype))
-        batch, event = X.shape[:-2], X.shape[-2:]
-        g = torch.Generator(device=X.device).manual_seed(self.seed)
-        x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
-        x0 = x0 / x0.norm(dim=-1, keepdim=True)
-        op = CallableGram(matvec, rmatvec, batch, event, x0)
-        r = lanczos(op, x0, iters=self.iters, tol=tol, krylov=max(30, self.certify_steps + 2),
-                    min_steps=self.certify_steps, delta=self.delta)
-        return r.value.reshape(batch), r.converged.reshape(batch), r.upper.reshape(batch)
-
-    @functools.cached_property
-    def truth_head(self) -> Tensor:
-        value, conv, self.upper["head"] = self._truth(*reduced_heads(self.X, self.w))
-        self.converged["truth_head"] = conv.all(-1)
-        return value
-
-    @functools.cached_property
-    def truth_layer(self) -> Tensor:
-        value, self.converged["truth_layer"], self.upper["layer"] = self._truth(self.X, self.w)
-        return value
-
-
-def reduced_heads(X: Tensor, w):
-    """Every head's map f_l as an equivalent smaller single-head layer, batched: (X Q_l (..., h, n, r), weights).
-
-    f_l reads X only through X [wq_l | wk_l | wv_l] = X Q_l R_l (QR, Q_l (d, r), r = min(d, 3 dh)), so its
-    Jacobian vanishes on the complement of range(Q_l) and ||J_{f_l}(X)|| equals the norm of the same map with
-    weights Q_l^T w*_l at X Q_l; on the output side ||G wo_l||_F = ||G R_o^T||_F for wo_l^T = Q_o R_o. The
-    operator acts on n x r instead of n x d (r = 3 dh = d/4 for 12 heads)."""
-    h, d, dh = w.wq.shape
-    r = min(d, 3 * dh)
-    Q = torch.linalg.qr(torch.cat([w.wq, w.wk, w.wv], dim=-1)).Q[..., :r]  # (h, d, r)
-    QT = Q.transpose(-1, -2)
-    Ro = torch.linalg.qr(w.wo.transpose(-1, -2)).R  # (h, dh, dh): wo_l = Ro^T Qo^T
-    wo = torch.zeros(h, dh, r, dtype=w.wq.dtype, device=w.wq.device)
-    wo[..., :dh] = Ro.transpose(-1, -2)  # r >= dh
-    pick = lambda t: None if t is None else t.unsqueeze(1)  # (h, 1, ...)
-    wr = BatchedWeights(pick(QT @ w.wq), pick(QT @ w.wk), pick(QT @ w.wv), pick(wo), pick(w.bq), pick(w.bk),
-                        pick(w.bv))
-    Xh = X.unsqueeze(-3) @ Q  # (..., h, n, r)
-    return Xh, wr
+        """kernels.layer.certified_norm of the operator (matvec, rmatvec) at X with this state's settings:
+        (value, converged, upper), each (...,) over X's batch dims."""
+        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.delta)
+        return r.value, r.converged, r.upper
 
 
 # ---- plug-in bounds -----------------------------------------------------------------------------------------
@@ -125,6 +81,17 @@ def entry_point_plugins() -> List[str]:
 
 
 # ---- the extra methods ------------------------------------------------------------------------------------------
+def truth_uppers(s: AnalyzeState) -> dict:
+    """{("truth_upper", scope): (certified upper estimate of the truth, guaranteed)} for the head and layer scopes
+    (computes the truths if they are not yet)."""
+    yes = torch.ones(s.X.shape[0], dtype=torch.bool)
+    out = {}
+    for scope in ("head", "layer"):
+        _ = s.truth_head if scope == "head" else s.truth_layer
+        out[("truth_upper", scope)] = (s.upper[scope], yes)
+    return out
+
+
 def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
            want: Optional[set] = None) -> dict:
     """{(method, scope): (values (G, h) or (G,), guaranteed (G,) bool)} for the EXTRA methods in `want` (None:
@@ -133,10 +100,7 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
     X, w = s.X, s.w
     G = X.shape[0]
     yes = torch.ones(G, dtype=torch.bool)
-    out = {}
-    for scope in ("head", "layer"):
-        _ = s.truth_head if scope == "head" else s.truth_layer
-        out[("truth_upper", scope)] = (s.upper[scope], yes)
+    out = truth_uppers(s)
     e = float(eps)
     if e > 0 and ok("lofast_delta"):
         out[("lofast_delta", "layer")] = (registry.get("fine", "layer").fn(s, e) / e, yes)

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.analyze.core import AnalyzeState
+from harness.analyze.core import AnalyzeState, truth_uppers
 from harness.bounds import registry
 from harness.kernels.pgd import pgd_maximize
 from harness.models.adapters_modern import AttentionMap
@@ -97,10 +97,7 @@ def extra(s: MapState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
     ok = lambda m: want is None or m in want
     G = s.X.shape[0]
     yes = torch.ones(G, dtype=torch.bool)
-    out = {}
-    for scope in ("head", "layer"):
-        _ = s.truth_head if scope == "head" else s.truth_layer
-        out[("truth_upper", scope)] = (s.upper[scope], yes)
+    out = truth_uppers(s)
     e = float(eps)
     if e > 0 and ok("pgd") and pgd_steps > 0:
         F0 = s.amap.layer(s.X).detach()

@@ -27,7 +27,7 @@ from harness.bounds.jasmin import multihead
 from harness.bounds.mass_splitting import (covariance_term, duplicate_tokens, duplicated_lipschitz,
                                            mass_splitting_map, split_lipschitz, split_terms)
 from harness.kernels.attention import AttentionWeights, augment_input, causal_mask, check_input, check_pair
-from harness.kernels.power import jacobian_norm
+from harness.kernels.layer import truth as layer_truth
 
 Tensor = torch.Tensor
 
@@ -340,12 +340,13 @@ def head_attention(Xr: Tensor, w: AttentionWeights, causal: bool = False) -> Ten
     return torch.softmax(S, dim=-1) @ v @ w.wo
 
 
-def head_lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, **kw) -> Tensor:
-    """True local Lipschitz constant ||Df_l(X)|| of every head (power iteration, kernels.power): (..., h)."""
+def head_lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
+                   iters: int = 2000, seed: int = 0) -> Tensor:
+    """True local Lipschitz constant ||Df_l(X)|| of every head, f_l as head_attention computes it: (..., h).
+    The one truth of the toolkit (kernels.layer.truth, tolerance harness.tolerances.truth_tol)."""
     _check_w(w)
     check_input(X, w.d)
-    Xr = X.unsqueeze(-3).expand(*X.shape[:-2], w.h, *X.shape[-2:]).contiguous()  # (..., h, n, d)
-    return jacobian_norm(lambda Z: head_attention(Z, w, causal), Xr, batch_dims=Xr.dim() - 2, **kw)
+    return layer_truth(X, w, causal, heads=True, tol=tol, iters=iters, seed=seed).value
 
 
 def attention_jacobian(X: Tensor, w: AttentionWeights, head: int, causal: bool = False) -> Tensor:

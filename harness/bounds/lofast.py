@@ -26,20 +26,20 @@ from typing import Optional, Union
 
 import torch
 
-from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, prepare, prod_norm, query_key, spec,
-                                       stable_probs)
+from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, m_gram, prepare, prod_norm, query_key, spec,
+                                       stable_probs, zeta_gram)
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, project
 from harness.kernels.krylov import kw_steps, lanczos
-from harness.kernels.operators import MGram, ZetaGram, reduce_qk
-from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, _check_args, _report, default_tol
+from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, default_tol
+from harness.kernels.power import check_args as _check_args, report_nonconvergence as _report
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
 
 __all__ = ["zeta", "m_norms", "xi", "delta1", "naive_delta1", "delta21", "delta22", "naive_delta22", "delta2",
-           "delta", "lipschitz_upper", "LofastInfo", "pgd_sensitivity", "pgd_delta1", "pgd_delta2", "pgd_delta21",
-           "pgd_delta22"]
+           "delta", "theorem1", "theorem1_limit", "lipschitz_upper", "LofastInfo", "pgd_sensitivity", "pgd_delta1",
+           "pgd_delta2", "pgd_delta21", "pgd_delta22"]
 
 
 @dataclass
@@ -155,8 +155,7 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     w = prepare(X, w)
     batch = X.shape[:-2]
     n, d = X.shape[-2:]
-    P = stable_probs(X, w, causal).reshape(-1, w.h, n, n)  # (B, h, n, n)
-    op = ZetaGram(P, w.wv, w.wo, residual)
+    op, P = zeta_gram(X, w, residual, causal)  # P: (B, h, n, n)
     B = P.shape[0]
     restart = lambda: _gauss((B, n * d), X, seed + 1)
     x0 = _gauss((B, n * d), X, seed) if v0 is None else v0.reshape(B, n * d).to(X.dtype)
@@ -180,19 +179,15 @@ def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iter
     n = X.shape[-2]
     if X.shape[:-2].numel() == 0:
         return _empty(X, batch, (n, X.shape[-1]), return_info, "m")
-    Q, K = query_key(X, w)  # (..., h, n, dh)
-    U, Rq, Rk = reduce_qk(w.wq, w.wk)  # (h, d, r), (h, r, dh)
-    Kp = (K @ Rq.transpose(-1, -2)).reshape(-1, n, U.shape[-1])  # (B, n, r)
-    Qp = (Q @ Rk.transpose(-1, -2)).reshape(-1, n, U.shape[-1])
     kw = dict(kw)
-    op = MGram(Kp, Qp, kw.pop("side", "auto"))
-    B = Kp.shape[0]
+    op, U = m_gram(X, w, kw.pop("side", "auto"))
+    B = op.K.shape[0]
     restart = lambda: _gauss((B, op.dim), X, seed + 1)
     if v0 is None:
         x0 = _gauss((B, op.dim), X, seed)
     else:
         Z = (v0.to(X.dtype) @ U).reshape(B, n, -1)  # (B, n, r)
-        x0 = (Z if op.side == "domain" else Z @ Kp.transpose(-1, -2) + Qp @ Z.transpose(-1, -2)).reshape(B, -1)
+        x0 = (Z if op.side == "domain" else op.matvec(Z)).reshape(B, -1)
     det = op.spectral_upper()  # xi_l >= ||M_l|| (triangle inequality)
     res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, kw, det, restart)
     Z = op.right_vector(res.vector).reshape(*batch, n, -1)  # (..., h, n, r)
@@ -272,13 +267,28 @@ def delta2(X: Tensor, w: AttentionWeights, eps: Eps, fine: bool = True, softmax_
 
 
 # ---- Theorem 1 and its eps -> 0 limit --------------------------------------------------------------------
+def _theorem1(d1, m, b, xvo, vo, dh: int, eps, c, heads: bool = False, limit: bool = False) -> Tensor:
+    """Theorem 1's polynomial, the one place it is written: d1 eps + sum_l c_l eps/sqrt(dh) (m_l + ||B_l|| eps)
+    (||X VO_l|| + ||VO_l|| eps). limit=True: lim_{eps -> 0} of it divided by eps (the outer factor eps divided out,
+    eps -> 0 inside: b and vo drop out). heads: the per-head terms (..., h) instead of their sum."""
+    outer, head_outer, inner = (1.0, 1.0, 0.0) if limit else (eps, _head_eps(eps), _head_eps(eps))
+    t = c * head_outer / math.sqrt(dh) * (m + b * inner) * (xvo + vo * inner)
+    return d1 * outer + (t if heads else t.sum(-1))
+
+
 def theorem1(d1: Tensor, m: Tensor, b: Tensor, xvo: Tensor, vo: Tensor, dh: int, eps: Tensor,
              c: Union[float, Tensor] = 1.0) -> Tensor:
-    """Theorem 1's polynomial in eps, written once: d1 eps + sum_l c_l eps/sqrt(dh) (m_l + ||B_l|| eps)
-    (||X VO_l|| + ||VO_l|| eps). d1: (...,) the Delta_1 coefficient (zeta, or eq. 9's for the naive bound);
-    m, xvo: (..., h); b, vo: (h,); eps: () or (...,); c: the softmax constant, a number or (..., h)."""
-    e = _head_eps(eps)
-    return d1 * eps + (c * e / math.sqrt(dh) * (m + b * e) * (xvo + vo * e)).sum(-1)
+    """Theorem 1's polynomial in eps: d1 eps + sum_l c_l eps/sqrt(dh) (m_l + ||B_l|| eps) (||X VO_l|| + ||VO_l|| eps).
+    d1: (...,) the Delta_1 coefficient (zeta, or eq. 9's for the naive bound); m, xvo: (..., h); b, vo: (h,);
+    eps: () or (...,); c: the softmax constant, a number or (..., h)."""
+    return _theorem1(d1, m, b, xvo, vo, dh, eps, c)
+
+
+def theorem1_limit(d1: Tensor, m: Tensor, xvo: Tensor, dh: int, c: Union[float, Tensor] = 1.0,
+                   heads: bool = False) -> Tensor:
+    """lim_{eps -> 0} theorem1(eps)/eps = d1 + sum_l c_l/sqrt(dh) m_l ||X VO_l||: (...,); heads=True keeps the
+    per-head values d1_l + c_l/sqrt(dh) m_l ||X VO_l|| (..., h) (for a per-head d1, e.g. ||P_l|| ||VO_l||)."""
+    return _theorem1(d1, m, 0.0, xvo, 0.0, dh, None, c, heads=heads, limit=True)
 
 
 def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, fine: bool = True,
@@ -310,5 +320,5 @@ def lipschitz_upper(X: Tensor, w: AttentionWeights, residual: bool = True, fine:
         m, mi = m_norms(X, w, return_info=True, **power)
     else:
         m, mi = xi(X, w), LofastInfo(torch.ones_like(zi.converged))
-    val = z + c / math.sqrt(w.dh) * (m * _value_norm(X, w)).sum(-1)
+    val = theorem1_limit(z, m, _value_norm(X, w), w.dh, c)
     return _out(val, LofastInfo(zi.converged & mi.converged, zeta=zi.zeta, m=mi.m), return_info)

@@ -1,13 +1,13 @@
-"""Matrix-free operators and input checks behind harness.bounds.lofast (LoFAST, docs/math.md §1).
+"""Input checks, the operator builders and the dense oracles behind harness.bounds.lofast (LoFAST, docs/math.md §1).
 
-Two linear operators on perturbations G in R^{n x d}, never materialized:
-- Lemma 1 (eq. 12): T_X(G) = H G + sum_l P_l(X) G VO_l, adjoint T_X^*(Y) = H^T Y + sum_l P_l^T Y VO_l^T.
-  In row-major vec (vec(G) = G.reshape(-1)) its matrix is H (x) I_d + sum_l P_l (x) VO_l^T.
-- Lemma 2 (eq. 20): M_l(G) = G B_l X^T + X B_l G^T (n x n), adjoint S -> S X B_l^T + S^T X B_l, B_l = wq_l wk_l^T.
-  With query/key biases the same maximum (Lemma 2's left side for the biased scores) is attained by
-  G -> G wq_l K_l^T + Q_l wk_l^T G^T with Q_l = X wq_l + bq_l, K_l = X wk_l + bk_l (equal to eq. 20 when the
-  biases are absent), which is what is implemented: all products go through the rank-dh factors
-  (cost O(n d dh + n^2 dh) per head and matvec, memory O(n^2 + n d) per head).
+The two linear operators on perturbations G in R^{n x d} are harness.kernels.operators' Gram operators, built
+here from (X, w) for every caller (the Lanczos solvers in lofast.py, the PGD in lofast_pgd.py, the benchmarks):
+- Lemma 1 (eq. 12): T_X(G) = H G + sum_l P_l(X) G VO_l (`zeta_gram` -> ZetaGram). In row-major vec
+  (vec(G) = G.reshape(-1)) its matrix is H (x) I_d + sum_l P_l (x) VO_l^T (`zeta_dense_matrix`, the dense oracle).
+- Lemma 2 (eq. 20): M_l(G) = G B_l X^T + X B_l G^T (n x n), B_l = wq_l wk_l^T. With query/key biases the same
+  maximum (Lemma 2's left side for the biased scores) is attained by G -> G wq_l K_l^T + Q_l wk_l^T G^T with
+  Q_l = X wq_l + bq_l, K_l = X wk_l + bk_l (equal to eq. 20 when the biases are absent); `m_gram` -> MGram is
+  its exact reduction to n x r (harness.kernels.operators), `m_dense_matrix` eq. 20 as printed (the dense oracle).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import torch
 
 from harness.kernels.attention import AttentionWeights, causal_mask, check_pair, probs, project
 from harness.kernels.linalg import prod_norm, spec  # noqa: F401 (re-exported for harness.bounds.lofast)
+from harness.kernels.operators import MGram, ZetaGram, reduce_qk
 
 Tensor = torch.Tensor
 
@@ -76,30 +77,13 @@ def stable_probs(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor
 
 
 # ---- Lemma 1 operator -------------------------------------------------------------------------------------
-class ZetaOperator:
-    """T_X(G) = H G + sum_l P_l G wv_l wo_l on G (..., n, d), batched over X's leading axes (Lemma 1)."""
-
-    def __init__(self, X: Tensor, w: AttentionWeights, residual: bool, causal: bool = False):
-        self.P = probs(X, w, causal)  # (..., h, n, n), biases included
-        self.PT = self.P.transpose(-1, -2)
-        self.h, self.dh = w.h, w.dh
-        self.Wv = w.wv.permute(1, 0, 2).reshape(w.d, w.h * w.dh)  # (d, h*dh): all heads' wv side by side
-        self.Wo = w.wo.reshape(w.h * w.dh, w.d)  # (h*dh, d): stacked wo, so concat @ Wo sums the heads
-        self.residual = residual
-
-    def _heads(self, Z: Tensor) -> Tensor:  # (..., n, h*dh) -> (..., h, n, dh)
-        return Z.unflatten(-1, (self.h, self.dh)).transpose(-2, -3)
-
-    def _cat(self, Z: Tensor) -> Tensor:  # (..., h, n, dh) -> (..., n, h*dh)
-        return Z.transpose(-2, -3).flatten(-2)
-
-    def matvec(self, G: Tensor) -> Tensor:  # (..., n, d) -> (..., n, d)
-        Y = self._cat(self.P @ self._heads(G @ self.Wv)) @ self.Wo  # sum_l P_l (G wv_l) wo_l
-        return Y + G if self.residual else Y
-
-    def rmatvec(self, Y: Tensor) -> Tensor:  # (..., n, d) -> (..., n, d)
-        G = self._cat(self.PT @ self._heads(Y @ self.Wo.T)) @ self.Wv.T  # sum_l P_l^T (Y wo_l^T) wv_l^T
-        return G + Y if self.residual else G
+def zeta_gram(X: Tensor, w: AttentionWeights, residual: bool, causal: bool = False):
+    """(op, P): the Lemma 1 operators T_X of every input of X (..., n, d), one row of a flat batch
+    B = prod(X.shape[:-2]) (ZetaGram, scaled: T_X(G) = op.scale * op.matvec(G) for G (B, n, d)), and their
+    P_l(X) (B, h, n, n) by stable_probs."""
+    n = X.shape[-2]
+    P = stable_probs(X, w, causal).reshape(-1, w.h, n, n)
+    return ZetaGram(P, w.wv, w.wo, residual), P
 
 
 def zeta_dense_matrix(X: Tensor, w: AttentionWeights, residual: bool = True, causal: bool = False) -> Tensor:
@@ -119,21 +103,16 @@ def query_key(X: Tensor, w: AttentionWeights):
     return project(X, w.wq, w.bq), project(X, w.wk, w.bk)  # (..., h, n, dh) each
 
 
-class MOperator:
-    """M_l(X): G -> G B_l X^T + X B_l G^T for all heads at once; G (..., h, n, d) -> S (..., h, n, n) (eq. 20)."""
-
-    def __init__(self, X: Tensor, w: AttentionWeights):
-        self.Q, self.K = query_key(X, w)  # (..., h, n, dh)
-        self.w = w
-
-    def matvec(self, G: Tensor) -> Tensor:  # (..., h, n, d) -> (..., h, n, n)
-        Gq = G @ self.w.wq  # (..., h, n, dh) = G wq_l
-        Gk = G @ self.w.wk
-        return Gq @ self.K.transpose(-1, -2) + self.Q @ Gk.transpose(-1, -2)
-
-    def rmatvec(self, S: Tensor) -> Tensor:  # (..., h, n, n) -> (..., h, n, d)
-        return ((S @ self.K) @ self.w.wq.transpose(-1, -2)
-                + (S.transpose(-1, -2) @ self.Q) @ self.w.wk.transpose(-1, -2))
+def m_gram(X: Tensor, w: AttentionWeights, side: str = "auto"):
+    """The reduced Lemma 2 operators of every input and head of X (..., n, d), one row of a flat batch
+    B = prod(X.shape[:-2]) h (MGram, scaled by op.scale (B,)), and U (h, d, r): ||M_l(X)|| = op.scale * ||R||,
+    R: Z -> Z K'^T + Q' Z^T on Z = G U_l (n x r), harness.kernels.operators."""
+    n = X.shape[-2]
+    Q, K = query_key(X, w)  # (..., h, n, dh)
+    U, Rq, Rk = reduce_qk(w.wq, w.wk)  # (h, d, r), (h, r, dh)
+    Kp = (K @ Rq.transpose(-1, -2)).reshape(-1, n, U.shape[-1])  # (B, n, r)
+    Qp = (Q @ Rk.transpose(-1, -2)).reshape(-1, n, U.shape[-1])
+    return MGram(Kp, Qp, side), U
 
 
 def m_dense_matrix(X: Tensor, w: AttentionWeights, l: int) -> Tensor:

@@ -12,7 +12,7 @@ from typing import Union
 
 import torch
 
-from harness.bounds.lofast_ops import ZetaOperator, check_eps, prepare, spec
+from harness.bounds.lofast_ops import check_eps, prepare, spec, zeta_gram
 from harness.kernels.attention import AttentionWeights, attention_unchecked
 from harness.kernels.pgd import pgd_maximize
 
@@ -71,8 +71,10 @@ def pgd_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, 
     w = prepare(X, w)
     e = check_eps(eps, X)
     X = X.detach()
-    T = ZetaOperator(X, w, residual)
-    return _run(lambda Z: _fro(T.matvec(Z - X)), X, e, steps, restarts, seed)
+    T, _ = zeta_gram(X, w, residual)  # T_X(G) = T.scale * T.matvec(G), on a flat batch (B, n, d)
+    flat = (-1, *X.shape[-2:])
+    return _run(lambda Z: (T.scale * _fro(T.matvec((Z - X).reshape(flat)))).reshape(X.shape[:-2]), X, e, steps,
+                restarts, seed)
 
 
 def pgd_delta2(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = 50, restarts: int = 4,

@@ -28,11 +28,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from harness.bounds import castin, jasmin, kim
+from harness.bounds import castin, jasmin, kim, lofast
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.plugins import load_function  # noqa: F401 - re-exported (registry.load_function)
+from harness import tolerances
 
 Tensor = torch.Tensor
 
@@ -143,25 +144,20 @@ def _refined_c(s: InputState) -> Tensor:
     return s.P.amax((-1, -2)).clamp(max=0.5)
 
 
-def _lofast_head(m_attr: str, c):
-    """c: the softmax constant, a number or a function of the state giving (..., h)."""
-    def fn(s: InputState) -> Tensor:  # single-head LoFAST: zeta_l = ||P_l|| ||VO_l|| (Kronecker norm)
-        cc = c(s) if callable(c) else c
-        return s.P_norm * s.VO_norm + cc / math.sqrt(s.w.dh) * getattr(s, m_attr) * s.value_norm
-
-    return fn
-
-
-def _lofast_layer(m_attr: str, c):
-    def fn(s: InputState) -> Tensor:  # = lofast.lipschitz_upper(residual=False)
-        cc = c(s) if callable(c) else c
-        return s.zeta + (cc / math.sqrt(s.w.dh) * getattr(s, m_attr) * s.value_norm).sum(-1)
+def _lofast_limit(m_attr: str, c, heads: bool):
+    """Theorem 1's eps -> 0 limit (lofast.theorem1_limit) at the state, m_l = the state's `m_attr`. heads: per head,
+    with the single-head zeta_l = ||P_l|| ||VO_l|| (Kronecker norm); else the layer's, with zeta
+    (= lofast.lipschitz_upper(residual=False)). c: the softmax constant, a number or a function of the state
+    giving (..., h)."""
+    def fn(s: InputState) -> Tensor:
+        d1 = s.P_norm * s.VO_norm if heads else s.zeta
+        return lofast.theorem1_limit(d1, getattr(s, m_attr), s.value_norm, s.w.dh, c(s) if callable(c) else c, heads)
 
     return fn
 
 
 def _lofast_naive_layer(s: InputState) -> Tensor:  # eq. 9 for Delta_1 + the coarse Delta_2 (certify "naive")
-    return (s.VO_norm * s.P_norm).sum(-1) + 1 / math.sqrt(s.w.dh) * (s.m_coarse * s.value_norm).sum(-1)
+    return lofast.theorem1_limit((s.VO_norm * s.P_norm).sum(-1), s.m_coarse, s.value_norm, s.w.dh, 1.0)
 
 
 def _builtins() -> None:
@@ -184,15 +180,15 @@ def _builtins() -> None:
                               ("lofast_coarse", "m_coarse", 1.0, "LoFAST eps->0 (coarse)"),
                               ("lofast_sharp", "m_fine", 0.5, "LoFAST eps->0 (sharpened, c=1/2)")):
         declare(name, "LoFAST (Havens et al.) Thm 1, eps -> 0" + (" with JaSMin Cor. 1's c = 1/2" if c < 1 else ""),
-                label, head=_lofast_head(m, c), layer=_lofast_layer(m, c),
+                label, head=_lofast_limit(m, c, True), layer=_lofast_limit(m, c, False),
                 uses=("zeta", "m") if m == "m_fine" else ("zeta",),
                 proven_for=ANY_SCORES if m == "m_fine" else (),
                 note="causal: masked P in zeta (ours); the Delta_2 terms stay valid under a mask")
     declare("lofast_naive", "LoFAST (Havens et al.) eq. 9 + coarse Delta_2, eps -> 0", "LoFAST eps->0 (naive)",
             layer=_lofast_naive_layer)
     declare("lofast_refined", "LoFAST Thm 1, eps -> 0, with the per-row softmax constant min(1/2, max_k p_ik)",
-            "LoFAST eps->0 (refined softmax c)", head=_lofast_head("m_fine", _refined_c),
-            layer=_lofast_layer("m_fine", _refined_c), uses=("zeta", "m"), proven_for=ANY_SCORES,
+            "LoFAST eps->0 (refined softmax c)", head=_lofast_limit("m_fine", _refined_c, True),
+            layer=_lofast_limit("m_fine", _refined_c, False), uses=("zeta", "m"), proven_for=ANY_SCORES,
             note="||J_sm(p)|| <= min(1/2, max_k p_k) per row (docs/math.md §1); the eps-ball version certifies "
                  "(harness.bounds.lofast_refined, certify bound 'refined')")
     for name, (variant, label, paper) in VARIANTS.items():  # Theorem 1 at finite eps: the certificates
@@ -354,7 +350,7 @@ class Evaluation:
         return out
 
 
-SOUND_RTOL = 1e-5  # a bound counts as below the truth only beyond the Lanczos truth's relative accuracy
+SOUND_RTOL = tolerances.SOUND_RTOL  # beyond the truth's relative accuracy in every dtype (harness.tolerances)
 
 
 def is_sound(kind: str, value: float, reference: float, guaranteed: bool = True) -> bool:

@@ -16,8 +16,10 @@ from typing import Callable, Optional
 
 import torch
 
+from harness.tolerances import truth_tol
+
 from .attention import AttentionWeights, attention_unchecked, check_input
-from .power import PowerResult, default_tol, top_singular_value
+from .power import PowerResult, top_singular_value
 
 Tensor = torch.Tensor
 
@@ -42,11 +44,11 @@ def block_operator(F: Callable[[Tensor], Tensor], X: Tensor):
 def block_lipschitz(F: Callable[[Tensor], Tensor], X: Tensor, d: int, tol: Optional[float] = None,
                     iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, operator=None) -> PowerResult:
     """||J_F(X)|| per sequence of X (..., n, d): Lanczos on J^T J (PowerResult, values (...,)); non-convergence is
-    not raised (read `.converged`). tol=None: 1e-6 in float64, default_tol below. operator: block_operator(F, X)
+    not raised (read `.converged`). tol=None: harness.tolerances.truth_tol (the truth's tolerance). operator: block_operator(F, X)
     when the caller already has it (one forward pass serves the norm, the paper's value and F(X))."""
     check_input(X, d)
     if tol is None:
-        tol = 1e-6 if X.dtype == torch.float64 else default_tol(X.dtype)
+        tol = truth_tol(X.dtype)
     _, matvec, rmatvec = operator if operator is not None else block_operator(F, X)
     if v0 is None:
         g = torch.Generator(device=X.device).manual_seed(seed)

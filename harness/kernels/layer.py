@@ -9,8 +9,10 @@ with biases, Castin App. E.3) at X (..., n, d), with q = X wq + bq, k = X wk + b
 torch.func.jvp/vjp (which recompute the forward pass); tests check it against kernels.power.dense_jacobian.
 Pure torch: device and dtype follow the inputs.
 
-Public: layer_operator, layer_map, lipschitz (||J_F(X)|| per sequence, Lanczos), paper_value (the paper code's
-estimator), warm_start (start vectors across sequence lengths), stack_heads (one head per batch element), TOL.
+Public: layer_operator, layer_map, truth (THE true local Lipschitz constant of a layer or of each head, what the
+registry, `attnlip analyze` and the Castin experiments report), lipschitz (||J_F(X)|| per sequence), certified_norm
+(Lanczos with a Kuczynski-Wozniakowski upper estimate), reduced_heads, paper_value (the paper code's estimator),
+warm_start (start vectors across sequence lengths), stack_heads (one head per batch element).
 """
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ from typing import Optional, Sequence
 
 import torch
 
+from harness.tolerances import truth_tol
+
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
-from .power import PowerResult, default_tol, top_singular_value
+from .krylov import CallableGram, lanczos
+from .power import PowerResult, top_singular_value
 
 Tensor = torch.Tensor
-
-TOL = 1e-6  # float64: relative Ritz residual on sigma^2, sigma to ~5e-7 relative; lower dtypes use default_tol
 
 
 def _heads(t: Tensor, h: int) -> Tensor:
@@ -102,13 +105,13 @@ def lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optiona
     """||J_F(X)|| per sequence (correct estimator, docs/math.md §3) for X (..., n, d): PowerResult with (...,) values.
 
     Batched: one operator per leading index, all iterated together. v0: warm start (..., n, d).
-    tol=None: TOL in float64, kernels.power.default_tol in lower precision (what the dtype can reach).
+    tol=None: harness.tolerances.truth_tol(X.dtype).
     Small layers (n*d <= dense_max, no v0, method="lanczos"): the explicit Jacobian from one batched matvec on
     the identity basis and its SVD (exact to rounding, faster than Lanczos there; `iters` = n*d products).
     Non-convergence is not raised: read `.converged`.
     """
     if tol is None:
-        tol = TOL if X.dtype == torch.float64 else default_tol(X.dtype)
+        tol = truth_tol(X.dtype)
     matvec, rmatvec = layer_operator(X, w, causal)
     N = X.shape[-2] * X.shape[-1]
     if v0 is None and method == "lanczos" and N <= dense_max:
@@ -187,3 +190,55 @@ class BatchedWeights:
     def __init__(self, wq, wk, wv, wo, bq=None, bk=None, bv=None, bo=None):
         self.wq, self.wk, self.wv, self.wo, self.bq, self.bk, self.bv, self.bo = wq, wk, wv, wo, bq, bk, bv, bo
         self.d, self.dh = wq.shape[-2], wq.shape[-1]
+
+
+# ---- the truth: one function for the registry, analyze and the Castin experiments ------------------------------
+def reduced_heads(X: Tensor, w):
+    """Every head's map f_l as an equivalent smaller single-head layer, batched: (X Q_l (..., h, n, r), weights).
+
+    f_l reads X only through X [wq_l | wk_l | wv_l] = X Q_l R_l (QR, Q_l (d, r), r = min(d, 3 dh)), so its
+    Jacobian vanishes on the complement of range(Q_l) and ||J_{f_l}(X)|| equals the norm of the same map with
+    weights Q_l^T w*_l at X Q_l; on the output side ||G wo_l||_F = ||G R_o^T||_F for wo_l^T = Q_o R_o. The
+    operator acts on n x r instead of n x d (r = 3 dh = d/4 for 12 heads). Biases bq, bk, bv are kept."""
+    h, d, dh = w.wq.shape
+    r = min(d, 3 * dh)
+    Q = torch.linalg.qr(torch.cat([w.wq, w.wk, w.wv], dim=-1)).Q[..., :r]  # (h, d, r)
+    QT = Q.transpose(-1, -2)
+    Ro = torch.linalg.qr(w.wo.transpose(-1, -2)).R  # (h, dh, dh): wo_l = Ro^T Qo^T
+    wo = torch.zeros(h, dh, r, dtype=w.wq.dtype, device=w.wq.device)
+    wo[..., :dh] = Ro.transpose(-1, -2)  # r >= dh
+    pick = lambda t: None if t is None else t.unsqueeze(1)  # (h, 1, ...)
+    wr = BatchedWeights(pick(QT @ w.wq), pick(QT @ w.wk), pick(QT @ w.wv), pick(wo), pick(w.bq), pick(w.bk),
+                        pick(w.bv))
+    return X.unsqueeze(-3) @ Q, wr  # (..., h, n, r)
+
+
+def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
+                   steps: int = 24, delta: float = 1e-6) -> PowerResult:
+    """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a seeded Gaussian drawn
+    before looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski
+    certified upper estimate (probability >= 1 - delta over the start; docs/math.md §4). Values (...,)."""
+    tol = truth_tol(X.dtype) if tol is None else tol
+    batch, event = X.shape[:-2], X.shape[-2:]
+    g = torch.Generator(device=X.device).manual_seed(seed)
+    x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
+    x0 = x0 / x0.norm(dim=-1, keepdim=True)
+    op = CallableGram(matvec, rmatvec, batch, event, x0)
+    r = lanczos(op, x0, iters=iters, tol=tol, krylov=max(30, steps + 2), min_steps=steps, delta=delta)
+    return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape), r.products,
+                       r.rel.reshape(batch), r.upper.reshape(batch), delta, steps=r.steps.reshape(batch))
+
+
+def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional[float] = None, iters: int = 2000,
+          seed: int = 0, certify: Optional[dict] = None) -> PowerResult:
+    """The true local Lipschitz constant at X (..., n, d): ||J_F(X)|| of the layer (values (...,)) or, heads=True,
+    ||J_{f_l}(X)|| of every head's map f_l(X) = P_l (X wv_l + bv_l) wo_l (values (..., h), on reduced_heads).
+
+    tol=None: harness.tolerances.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
+    layers, else Lanczos from the seeded Gaussian); certify=dict(steps=..., delta=...): certified_norm, whose
+    `upper` is the KW estimate. Non-convergence is not raised: read `.converged`."""
+    if heads:
+        X, w = reduced_heads(X, w)
+    if certify is None:
+        return lipschitz(X, w, causal, tol=tol, iters=iters, seed=seed)
+    return certified_norm(*layer_operator(X, w, causal), X, tol, iters, seed, **certify)

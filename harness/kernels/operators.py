@@ -1,7 +1,10 @@
 """Exact reduced Gram operators for LoFAST's Lemma 1 (zeta) and Lemma 2 (||M_l||), batched, with deflation.
 
 Both implement harness.kernels.krylov.GramOperator on a flat batch (B, N) and carry a per-operator scale c (B,)
-(a cheap upper bound of the norm), so the scaled Gram spectrum lies in [0, 1] and nothing overflows.
+(a cheap upper bound of the norm), so the scaled Gram spectrum lies in [0, 1] and nothing overflows. `matvec` /
+`rmatvec` apply the scaled operator and its adjoint (the operator itself is scale * matvec): the one implementation
+of eqs. 12 and 20 that the Lanczos solvers, the PGD lower bounds and the benchmarks use
+(harness.bounds.lofast_ops builds them from (X, w)).
 
 Lemma 2, reduced (docs/math.md §1): M_l(G) = G wq K^T + Q wk^T G^T depends on G only through G [wq wk].
 With the QR [wq wk] = U [Rq Rk] (U: d x r orthonormal, r = min(d, 2 dh)) and Z = G U (n x r):
@@ -55,6 +58,14 @@ class MGram(GramOperator):
             self.C = self.K.transpose(-1, -2) @ self.K + self.Q.transpose(-1, -2) @ self.Q  # (B, r, r)
             self.KQ = torch.cat([self.K, self.Q], -1)  # (B, n, 2r)
 
+    def matvec(self, Z: Tensor) -> Tensor:
+        """The scaled reduced operator R(Z) = Z K'^T + Q' Z^T: (B, n, r) -> (B, n, n)."""
+        return Z @ self.K.transpose(-1, -2) + self.Q @ Z.transpose(-1, -2)
+
+    def rmatvec(self, S: Tensor) -> Tensor:
+        """Its adjoint R^T(S) = S K' + S^T Q': (B, n, n) -> (B, n, r)."""
+        return S @ self.K + S.transpose(-1, -2) @ self.Q
+
     def gram(self, V: Tensor) -> Tensor:
         B = V.shape[0]
         if self.side == "domain":
@@ -62,9 +73,7 @@ class MGram(GramOperator):
             T = Z.transpose(-1, -2) @ self.KQ  # (B, r, 2r) = [Z^T K', Z^T Q']
             out = torch.baddbmm(Z @ self.C, self.Q, T[..., : self.r])
             return torch.baddbmm(out, self.K, T[..., self.r:]).reshape(B, -1)
-        S = V.reshape(B, self.n, self.n)
-        Y = S @ self.K + S.transpose(-1, -2) @ self.Q  # (B, n, r)
-        return (Y @ self.K.transpose(-1, -2) + self.Q @ Y.transpose(-1, -2)).reshape(B, -1)
+        return self.matvec(self.rmatvec(V.reshape(B, self.n, self.n))).reshape(B, -1)
 
     def select(self, keep: Tensor) -> "MGram":
         new = MGram.__new__(MGram)
@@ -91,8 +100,7 @@ class MGram(GramOperator):
         if self.side == "domain":
             Z = V.reshape(B, self.n, self.r)
         else:
-            S = V.reshape(B, self.n, self.n)
-            Z = S @ self.K + S.transpose(-1, -2) @ self.Q
+            Z = self.rmatvec(V.reshape(B, self.n, self.n))
         return Z / _fro(Z).clamp_min(torch.finfo(V.dtype).tiny)[:, None, None]
 
 
@@ -119,7 +127,7 @@ class ZetaGram(GramOperator):
     def _cat(self, Z: Tensor) -> Tensor:  # (B, h, n, dh) -> (B, n, h*dh)
         return Z.transpose(-2, -3).flatten(-2)
 
-    def matvec(self, G: Tensor) -> Tensor:  # (B, n, d), scaled T
+    def matvec(self, G: Tensor) -> Tensor:  # (B, n, d), scaled T: T_X(G) = scale * matvec(G)
         return self._cat(self.P @ self._heads(G @ self.Wv)) @ self.Wo + self.res[:, None, None] * G
 
     def rmatvec(self, Y: Tensor) -> Tensor:

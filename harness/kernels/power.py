@@ -50,7 +50,9 @@ def _random_start(shape, dtype, device, seed: int) -> Tensor:
     return torch.randn(shape, dtype=dtype, device=device, generator=g)
 
 
-def _check_args(iters, tol, on_nonconvergence):
+def check_args(iters, tol, on_nonconvergence) -> None:
+    """One clear ValueError for a bad iteration cap, tolerance or on_nonconvergence policy (shared by every solver
+    front door: top_singular_value, lofast's exact norms)."""
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
     if tol is not None and tol <= 0:
@@ -59,7 +61,10 @@ def _check_args(iters, tol, on_nonconvergence):
         raise ValueError(f"on_nonconvergence must be 'warn', 'raise' or 'ignore', got {on_nonconvergence!r}")
 
 
-def _report(done: Tensor, rel: Tensor, iters: int, tol: float, on_nonconvergence: str, what: str) -> None:
+def report_nonconvergence(done: Tensor, rel: Tensor, iters: int, tol: float, on_nonconvergence: str,
+                          what: str) -> None:
+    """Warn (NonConvergenceWarning), raise (RuntimeError) or stay silent, per on_nonconvergence, when some element
+    of `done` is False: how many, the largest residual/change `rel` against tol, and how many are non-finite."""
     if bool(done.all()):
         return
     bad = ~done
@@ -74,8 +79,11 @@ def _report(done: Tensor, rel: Tensor, iters: int, tol: float, on_nonconvergence
 
 
 def default_tol(dtype) -> float:
-    """Relative tolerance reachable in a dtype: 1e-10 for float64, 1e-5 for float32/lower."""
-    return 1e-10 if dtype == torch.float64 else 1e-5
+    """Relative tolerance of the norms inside bounds in a dtype: harness.tolerances.norm_tol (1e-10 for float64,
+    1e-5 for float32/lower; the reasons are there)."""
+    from harness.tolerances import norm_tol
+
+    return norm_tol(dtype)
 
 
 SUSPICIOUS_STEPS = 2  # a caller's start that converges within this many products is checked from a random start
@@ -104,7 +112,7 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
     delta (Lanczos, random_start=True only): also return `upper`, an upper estimate holding with probability
     >= 1 - delta over the start vector (Kuczynski-Wozniakowski, docs/math.md §4).
     """
-    _check_args(iters, tol, on_nonconvergence)
+    check_args(iters, tol, on_nonconvergence)
     if tol is None:
         tol = default_tol(v0.dtype)
     if method == "power":
@@ -124,7 +132,7 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
             res.rel_change = torch.where(sus, r2.rel_change, res.rel_change)
             res.iters += r2.iters
             res.restarted = sus
-    _report(res.converged, res.rel_change, res.iters, tol, on_nonconvergence, "Lanczos iteration")
+    report_nonconvergence(res.converged, res.rel_change, res.iters, tol, on_nonconvergence, "Lanczos iteration")
     return res
 
 
@@ -178,7 +186,7 @@ def _power(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence) -> Po
             break
     value = lam.clamp_min(0).sqrt() * c
     done = done & torch.isfinite(value)
-    _report(done, rel, it, tol, on_nonconvergence, "power iteration")
+    report_nonconvergence(done, rel, it, tol, on_nonconvergence, "power iteration")
     return PowerResult(value, done, v, it, rel)
 
 

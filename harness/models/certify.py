@@ -121,6 +121,14 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
                    xi=t.xi, b=t.b, xvo=t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
 
 
+def _layer_failure(t: LayerTerms, estimates: str) -> float:
+    """Failure probability of one layer's certified estimates in `estimates` ("" none, "zeta", or "zeta+m": zeta
+    and each head's ||M_l||), each holding with probability >= 1 - t.delta: the union bound."""
+    if not estimates:
+        return 0.0
+    return t.delta * (1 + (t.m_up.shape[-1] if estimates == "zeta+m" else 0))
+
+
 @dataclass
 class Certificate:
     """Everything Prop. 1 needs for a batch: margins, correctness, Lipschitz constants, per-layer terms."""
@@ -139,19 +147,18 @@ class Certificate:
     @property
     def guarantee(self) -> float:
         """Failure probability of the certificates (union over every estimated zeta and ||M_l||)."""
-        return float(sum(t.delta * (1 + (0 if t.m_up is None else t.m_up.shape[-1])) for t in self.layers))
+        return float(sum(_layer_failure(t, "zeta" if t.m_up is None else "zeta+m") for t in self.layers))
 
     def guarantee_of(self, bound: str) -> float:
         """Failure probability of `bound`'s certificates per input, the union bound over the certified estimates
-        it uses: none for "naive" (eq. 9 and the coarse Delta_2 are deterministic) and plug-ins (trusted),
-        zeta of every layer for "coarse" (xi is deterministic), zeta and every ||M_l|| for "fine" / "sharp" /
-        "refined" (= `guarantee`)."""
+        it uses (Theorem1Variant.estimates): none for "naive" (eq. 9 and the coarse Delta_2 are deterministic) and
+        plug-ins (trusted), zeta of every layer for "coarse" (xi is deterministic), zeta and every ||M_l|| for
+        "fine" / "sharp" / "refined" (= `guarantee`). ValueError if the certificate lacks those estimates."""
         v = _ball_bound(bound).theorem1
-        if v is None or not v.estimates:
-            return 0.0
-        if v.estimates == "zeta":
-            return float(sum(t.delta for t in self.layers))
-        return self.guarantee
+        if v is not None and v.needs_m and any(t.m_up is None for t in self.layers):
+            raise ValueError(f"bound {bound!r} uses the exact ||M_l||, but this certificate was made with fine=False "
+                             "(no ||M_l|| estimates): certify with fine=True")
+        return float(sum(_layer_failure(t, "" if v is None else v.estimates) for t in self.layers))
 
     def output_bound(self, eps: Tensor, bound: str, certified: bool = True) -> Tensor:
         """Bound on ||F(u') - F(u)||_2 (logits) for ||u' - u|| <= eps (B,), propagated layer by layer (certified:
