@@ -141,6 +141,34 @@ class Experiment:
     # The paper's data / models and their stand-ins (harness.run.substitutes): a cell naming the paper's value
     # runs it when it can be obtained, else the substitute, recorded per cell and printed once per run.
     substitutes: tuple = ()
+    # Why a dtype is refused, appended to the UnsupportedContext message ("" adds nothing).
+    dtype_note: str = ""
+    # Columns a float32 run may change beyond rounding (attack outcomes, timings): the dtype check skips them.
+    float32_exempt: tuple = ()
+    # --scale paper cost estimate: this factor times the committed full run's cell time; None: no estimate.
+    paper_cost: Optional[float] = None
+    # True: the worker registers the run's --bound plug-ins before run() (for experiments that evaluate every
+    # registered bound without a `plugins` grid key); False: plug-ins reach it only through that key.
+    accepts_bounds: bool = False
+
+    def model_source(self, cell: Dict[str, Any]) -> Optional[str]:
+        """What weights the cell uses (hub / package / random init), named without loading them: part of its key.
+        Default: the cell's "model" (and "pretrained") as harness.models.text resolves them; None without one."""
+        if "model" not in cell:
+            return None
+        try:
+            from .models.text import model_source
+        except ImportError:  # transformers absent: such a cell fails when it runs, with the loader's message
+            return None
+        try:
+            return model_source(cell["model"], cell.get("pretrained"))
+        except Exception as e:  # noqa: BLE001 - an unknown model fails in its cell, with the loader's message
+            return f"unresolved:{e.__class__.__name__}"
+
+    def data_names(self, cell: Dict[str, Any]) -> List[str]:
+        """The datasets the cell reads, by harness.data.sources name (their sources join its key). Default: the
+        cell's "corpus" and "dataset" values."""
+        return [cell[k] for k in ("corpus", "dataset") if isinstance(cell.get(k), str)]
 
     def check_context(self, dtype: str, device: str) -> None:
         """Raise UnsupportedContext (clear, before computing) if this experiment cannot run in dtype/device."""
@@ -148,7 +176,7 @@ class Experiment:
         if dtype not in self.dtypes:
             raise UnsupportedContext(
                 f"experiment {self.name!r} does not run in {dtype}: it supports {', '.join(self.dtypes)}"
-                + (f" ({self.dtype_note})" if getattr(self, "dtype_note", "") else "")
+                + (f" ({self.dtype_note})" if self.dtype_note else "")
                 + f"; rerun with --dtype {self.dtypes[0]}")
         if kind not in self.devices:
             raise UnsupportedContext(f"experiment {self.name!r} does not run on {kind}: it supports "

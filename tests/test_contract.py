@@ -119,7 +119,7 @@ def _float_columns(exp, table: pd.DataFrame):
         g = exp.grid_for(scale)
         for sub in (g if isinstance(g, list) else [g]):
             params |= set(sub)
-    skip = HARNESS_COLS | params | set(getattr(exp, "float32_exempt", ()))
+    skip = HARNESS_COLS | params | set(exp.float32_exempt)
     return [c for c in table.columns if c not in skip and pd.api.types.is_float_dtype(table[c])]
 
 

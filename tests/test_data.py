@@ -87,7 +87,7 @@ def test_alice_via_nltk():
 
 def test_load_sst2_ids():
     needs_shared("sst2", "dev.tsv")
-    from harness.models.hf import bert_tokenizer
+    from harness.models.text import bert_tokenizer
 
     with pytest.raises(ValueError, match="needs a tokenizer"):
         text.load_sst2("dev", max_len=16)

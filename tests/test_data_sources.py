@@ -234,11 +234,12 @@ def test_default_fetch_downloads_what_the_default_run_reads(env, monkeypatch):
 def test_data_source_reaches_the_cell_key(env):
     from types import SimpleNamespace
 
+    from harness.registry import Experiment
     from harness.run.plan import data_source
     from harness.store.keys import cell_key
 
     build_hub_cache("sst2", SST2)
-    exp = SimpleNamespace()
+    exp = Experiment()  # the default data_names: the cell's "corpus" and "dataset"
     assert data_source(exp, {"dataset": "sst2", "n": 4}) == f"hf:stanfordnlp/sst2@{SHA[:12]}"
     assert data_source(exp, {"corpus": "synthetic"}) is None and data_source(exp, {"n": 4}) is None
     assert data_source(SimpleNamespace(data_names=lambda c: ["sst2", "alice"]), {}) == \

@@ -1,11 +1,13 @@
 """Model adapters: extracted AttentionWeights + hooked inputs reproduce the HF models' self-attention exactly."""
+import math
+
 import pytest
 import torch
 
 from harness.kernels.attention import attention, probs
 
 hf = pytest.importorskip("harness.models.hf")
-
+from harness.models import text  # noqa: E402
 
 
 TINY = {
@@ -13,6 +15,11 @@ TINY = {
                           "intermediate_size": 64},
     "gpt2": {"n_embd": 32, "n_head": 4, "n_layer": 2},
 }
+
+
+def load_text_model(name, pretrained=None, seed=0, overrides=None, with_tokenizer=True):
+    tm = text.build(name, pretrained, seed, overrides, with_tokenizer)
+    return tm.model, tm.tokenizer, tm.info
 
 
 def _check_roundtrip(model, ids, layers, causal):
@@ -32,23 +39,49 @@ def _check_roundtrip(model, ids, layers, causal):
 
 @pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2"])
 def test_tiny_random_models_roundtrip(name):
-    model, _, info = hf.load_text_model(name, overrides=TINY[name], seed=1, with_tokenizer=False)
+    model, _, info = load_text_model(name, overrides=TINY[name], seed=1, with_tokenizer=False)
     assert not info["pretrained"] and info["d"] == 32 and info["n_heads"] == 4
     assert info["causal"] == (name == "gpt2") == hf.is_causal(model)
     ids = torch.randint(0, 500, (3, 9), generator=torch.Generator().manual_seed(0))
     _check_roundtrip(model, ids, [0, 1], info["causal"])
 
 
+@pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2"])
+def test_weights_are_the_modules_projections_bit_for_bit(name):
+    """hf.attention_weights (the adapters' extraction) holds exactly the modules' projections, sliced per head,
+    with the score scaling folded into wq, bq (a factor 1 for the standard 1/sqrt(dh))."""
+    model, _, _ = load_text_model(name, overrides=TINY[name], seed=2, with_tokenizer=False)
+    for l in (0, 1):
+        if name == "gpt2":
+            at = model.h[l].attn
+            W, b = at.c_attn.weight.detach().double(), at.c_attn.bias.detach().double()
+            Wq, Wk, Wv, bq, bk, bv = (*W.chunk(3, dim=1), *b.chunk(3))
+            Wo, bo = at.c_proj.weight.detach().double(), at.c_proj.bias.detach().double()
+            c = getattr(at, "scaling", 8 ** -0.5) * math.sqrt(8)
+        else:
+            L = model.encoder.layer[l]
+            sa, dense = L.attention.self, L.attention.output.dense
+            Wq, Wk, Wv, Wo = (m.weight.detach().double().T for m in (sa.query, sa.key, sa.value, dense))
+            bq, bk, bv, bo = (m.bias.detach().double() for m in (sa.query, sa.key, sa.value, dense))
+            c = getattr(sa, "scaling", 8 ** -0.5) * math.sqrt(8)
+        Wq, bq = Wq * c, bq * c
+        w = hf.attention_weights(model, l)
+        heads = lambda M: M.reshape(M.shape[0], 4, 8).permute(1, 0, 2)  # (d, h*dh) -> (h, d, dh)
+        for got, want in ((w.wq, heads(Wq)), (w.wk, heads(Wk)), (w.wv, heads(Wv)), (w.wo, Wo.reshape(4, 8, 32)),
+                          (w.bq, bq.reshape(4, 8)), (w.bk, bk.reshape(4, 8)), (w.bv, bv.reshape(4, 8)), (w.bo, bo)):
+            assert got.shape == want.shape and torch.equal(got, want)
+
+
 def test_random_init_is_seeded():
-    a, _, _ = hf.load_text_model("gpt2", overrides=TINY["gpt2"], seed=3, with_tokenizer=False)
-    b, _, _ = hf.load_text_model("gpt2", overrides=TINY["gpt2"], seed=3, with_tokenizer=False)
+    a, _, _ = load_text_model("gpt2", overrides=TINY["gpt2"], seed=3, with_tokenizer=False)
+    b, _, _ = load_text_model("gpt2", overrides=TINY["gpt2"], seed=3, with_tokenizer=False)
     wa, wb = hf.attention_weights(a, 1), hf.attention_weights(b, 1)
     assert torch.equal(wa.wq, wb.wq) and torch.equal(wa.bo, wb.bo)
 
 
 def test_gpt2_heads_split_on_output_axis():
     """Head l's query uses columns [l*dh, (l+1)*dh) of the q block of c_attn (x W convention)."""
-    model, _, _ = hf.load_text_model("gpt2", overrides=TINY["gpt2"], with_tokenizer=False)
+    model, _, _ = load_text_model("gpt2", overrides=TINY["gpt2"], with_tokenizer=False)
     at = model.h[0].attn
     w = hf.attention_weights(model, 0, dtype=torch.float32)
     dh = 8
@@ -58,7 +91,7 @@ def test_gpt2_heads_split_on_output_axis():
 
 
 def test_negative_layer_and_errors():
-    model, _, _ = hf.load_text_model("bert-base-uncased", overrides=TINY["bert-base-uncased"],
+    model, _, _ = load_text_model("bert-base-uncased", overrides=TINY["bert-base-uncased"],
                                      with_tokenizer=False)
     ids = torch.arange(5)[None]
     X = hf.attention_inputs(model, ids, [-1])
@@ -68,16 +101,16 @@ def test_negative_layer_and_errors():
     with pytest.raises(ValueError, match="layer"):
         hf.attention_inputs(model, ids, [])
     with pytest.raises(ValueError, match="pretrained"):
-        hf.load_text_model("gpt2", pretrained=True, overrides={"n_layer": 1})
+        load_text_model("gpt2", pretrained=True, overrides={"n_layer": 1})
     with pytest.raises(ValueError, match="no offline weights or config"):
-        hf.load_text_model("bert-large-uncased-not-cached", with_tokenizer=False)
+        load_text_model("bert-large-uncased-not-cached", with_tokenizer=False)
     with pytest.raises(FileNotFoundError, match="not available offline"):
-        hf.load_text_model("gpt2", pretrained=True, with_tokenizer=False)
+        load_text_model("gpt2", pretrained=True, with_tokenizer=False)
 
 
 def test_minilm_roundtrip():
     try:
-        model, tok, info = hf.load_text_model("minilm", pretrained=True)
+        model, tok, info = load_text_model("minilm", pretrained=True)
     except FileNotFoundError as e:
         pytest.skip(f"MiniLM weights unavailable: {e}")
     assert info["pretrained"] and info["n_layers"] == 6 and info["n_heads"] == 12 and info["d"] == 384

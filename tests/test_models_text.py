@@ -23,8 +23,23 @@ def test_model_source_strings():
 def test_unavailable_weights_raise_data_not_found(monkeypatch):
     monkeypatch.setattr(text, "_hub_snapshot", lambda name: None)
     assert text.model_source("gpt2", True) == "unavailable:hub:gpt2"
-    with pytest.raises(DataNotFound, match="not available offline"):
+    with pytest.raises(DataNotFound, match="not available offline") as got:
         text.build("gpt2", True, with_tokenizer=False)
+    e = got.value  # the Python API's message names its way out; `reason` names none
+    assert isinstance(e, text.WeightsUnavailable) and e.fix.endswith(" gpt2")
+    assert str(e).endswith("; pass pretrained='auto' or false for random init")
+    assert e.reason and "pretrained=" not in e.reason and str(e).startswith(e.reason)
+
+
+def test_unavailable_hub_model_in_analyze_names_cli_fixes(monkeypatch):
+    from harness.analyze import inputs
+
+    monkeypatch.setattr(text, "_hub_snapshot", lambda name: None)
+    with pytest.raises(DataNotFound) as got:
+        inputs.load_model("gpt2")
+    msg = str(got.value)
+    assert msg.startswith("--model 'gpt2' is not an alias") and "not available offline" in msg
+    assert "pretrained=" not in msg and "--model minilm" in msg and got.value.fix.endswith(" gpt2")
 
 
 def test_load_is_cached_and_matches_source():

@@ -6,7 +6,6 @@ Texts are tokenized as one right-padded batch (padding masks), truncated to `max
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -55,7 +54,7 @@ def load_model(spec, device="cpu"):
     except DataNotFound as e:
         if low in text_models.MINILM_ALIASES:
             raise
-        why = re.sub(r";?\s*pass pretrained=.*$", "", str(e))  # drop the Python-API hint of harness.models.text
+        why = e.reason if isinstance(e, text_models.WeightsUnavailable) else str(e)
         get = f"a hub name after `{e.fix}` with network access" if e.fix else "a hub name in the local cache"
         raise DataNotFound(f"--model {name!r} is not an alias ({', '.join(('minilm', *text_models.TINY))}), not a "
                            f"local folder, and not an available hub model ({why}). Fix: pass --model minilm, a "

@@ -217,13 +217,13 @@ def load_sst2(split: str = "train", max_len: int = 32, tokenizer=None, limit: Op
               return_mask: bool = False):
     """SST-2 for classification: ids LongTensor (N, max_len) ([CLS] ... [SEP] padded/truncated), labels (N,).
 
-    tokenizer: a Hugging Face tokenizer, passed in (e.g. harness.models.hf.bert_tokenizer(), BERT uncased
+    tokenizer: a Hugging Face tokenizer, passed in (e.g. harness.models.text.bert_tokenizer(), BERT uncased
     WordPiece); this layer never loads one. With return_mask, also the (N, max_len) mask.
     """
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2, got {max_len}")
     if tokenizer is None:
-        raise ValueError("load_sst2 needs a tokenizer (e.g. harness.models.hf.bert_tokenizer())")
+        raise ValueError("load_sst2 needs a tokenizer (e.g. harness.models.text.bert_tokenizer())")
     texts, labels = _sst2(split)
     if limit is not None:
         texts, labels = texts[:limit], labels[:limit]

@@ -26,7 +26,7 @@ from typing import Optional, Tuple
 import torch
 
 from harness.kernels.attention import AttentionWeights, causal_mask
-from harness.models.adapters import Adapter, _dense, _linear, register_adapter
+from harness.models.adapter_base import Adapter, _dense, _linear, register_adapter
 
 Tensor = torch.Tensor
 FEATURES = ("rope", "score_bias", "rel_pos")  # score terms beyond q k^T / sqrt(dh) an AttentionMap may carry

@@ -1,39 +1,23 @@
 """Hugging Face text models (MiniLM, BERT, GPT-2) as AttentionWeights plus the exact self-attention inputs X.
 
-Loading lives in harness.models.text (model_source, load, capture); this module maps a loaded model to
-AttentionWeights and hooks its layers. Conventions (docs/math.md §0): x -> x W on row vectors, heads contiguous
-on the projection's output axis.
+Loading lives in harness.models.text (model_source, load, capture), which builds on this module; this module
+hooks a loaded model's layers, and its AttentionWeights are those of harness.models.adapters (the one weight
+extraction). Conventions (docs/math.md §0): x -> x W on row vectors, heads contiguous on the projection's output
+axis.
 BERT/MiniLM (post-LN): X = hidden state entering the layer; F(X) = attention.output.dense(attention.self(X)),
 i.e. before dropout, residual and LayerNorm. GPT-2 (pre-LN): X = ln_1 output; F(X) = attn(X) = c_proj(...),
 causal. Models are always in eval() mode with attn_implementation="eager".
 """
 from __future__ import annotations
 
-import math
 from typing import Dict, Iterable, Optional
 
 import torch
 
 from harness.kernels.attention import AttentionWeights
+from harness.models.adapters import adapter_for
 
 CAUSAL_TYPES = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "opt", "qwen2")
-
-
-# ---- loading: harness.models.text is the loader; these names stay for existing callers -----------------------
-def load_text_model(name: str, pretrained: Optional[bool] = None, seed: int = 0,
-                    overrides: Optional[dict] = None, with_tokenizer: bool = True):
-    """(model, tokenizer, info), uncached: harness.models.text.build (see there). Prefer text.load (cached)."""
-    from harness.models import text
-
-    tm = text.build(name, pretrained, seed, overrides, with_tokenizer)
-    return tm.model, tm.tokenizer, tm.info
-
-
-def bert_tokenizer():
-    """BERT uncased WordPiece tokenizer (harness.models.text.bert_tokenizer)."""
-    from harness.models.text import bert_tokenizer as f
-
-    return f()
 
 
 # ---- structure ----------------------------------------------------------------------------------------------
@@ -70,33 +54,10 @@ def n_layers(model) -> int:
 
 # ---- weights ------------------------------------------------------------------------------------------------
 def attention_weights(model, layer: int, dtype=torch.float64) -> AttentionWeights:
-    """AttentionWeights (with biases) of a layer's self-attention, equal to the model's map (docs/math.md §0).
-
-    The model's score scaling is folded into wq, bq so that scores = q k^T / sqrt(dh) as in the kernels.
-    BERT: nn.Linear weight (out, in) acts as x W^T. GPT-2: Conv1D weight (in, out) acts as x W; c_attn's
-    output axis is [q | k | v], each split into heads contiguously.
-    """
-    L = _layer(model, layer)
-    if _family(model) == "bert":
-        sa, dense = L.attention.self, L.attention.output.dense
-        h, dh = sa.num_attention_heads, sa.attention_head_size
-        scaling = getattr(sa, "scaling", dh ** -0.5)
-        Wq, Wk, Wv = (m.weight.detach().T for m in (sa.query, sa.key, sa.value))  # (d, h*dh)
-        bq, bk, bv = (m.bias.detach() for m in (sa.query, sa.key, sa.value))  # (h*dh,)
-        Wo, bo = dense.weight.detach().T, dense.bias.detach()  # (h*dh, d), (d,)
-    else:
-        at = L.attn
-        h, dh = at.num_heads, at.head_dim
-        scaling = getattr(at, "scaling", dh ** -0.5 if at.scale_attn_weights else 1.0)
-        inner = h * dh
-        W, b = at.c_attn.weight.detach(), at.c_attn.bias.detach()  # (d, 3*inner), (3*inner,)
-        Wq, Wk, Wv = W[:, :inner], W[:, inner:2 * inner], W[:, 2 * inner:]
-        bq, bk, bv = b[:inner], b[inner:2 * inner], b[2 * inner:]
-        Wo, bo = at.c_proj.weight.detach(), at.c_proj.bias.detach()  # (inner, d), (d,)
-    c = scaling * math.sqrt(dh)  # 1 for the standard 1/sqrt(dh) scaling
-    cast = lambda t: t.to(dtype).clone()
-    return AttentionWeights.from_dense(cast(Wq) * c, cast(Wk), cast(Wv), cast(Wo), heads=h,
-                                       bq=cast(bq) * c, bk=cast(bk), bv=cast(bv), bo=cast(bo))
+    """AttentionWeights (with biases) of a layer's self-attention, equal to the model's map (docs/math.md §0):
+    harness.models.adapters' extraction (the model's score scaling folded into wq, bq)."""
+    _layer(model, layer)  # a BERT-family or GPT-2 model, layer in range
+    return adapter_for(model).layer_weights(layer, dtype)
 
 
 # ---- hooks --------------------------------------------------------------------------------------------------

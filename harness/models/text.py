@@ -23,7 +23,8 @@ model's config), True (weights required: DataNotFound otherwise), False (random 
 The forward pass runs in the model's own float32 weights on `device`; X and the weights are then cast to
 `dtype` on `device`. decoder=True runs a BERT-family model as a decoder (causal mask in every layer, the
 papers' "BERT decoder"); Layer.causal says whether the measured map is masked (decoder or a causal model).
-Absent weights, tokenizers or corpora raise harness.errors.DataNotFound (a MissingData).
+Absent weights, tokenizers or corpora raise harness.errors.DataNotFound (a MissingData; WeightsUnavailable when
+pretrained weights were required).
 """
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ DEFAULT_CONFIGS = {"bert-base-uncased": "bert", "bert-base-cased": "bert", "goog
                    "gpt2": "gpt2", "openai-community/gpt2": "gpt2"}
 IMAGE_TYPES = ("vit", "deit", "beit", "dinov2", "swin")  # models without a tokenizer
 GPT2_REPOS = ("gpt2", "openai-community/gpt2")  # the GPT-2 tokenizer's hub names, old and current
+
+
+class WeightsUnavailable(DataNotFound):
+    """Pretrained weights were required (pretrained=True) but cannot be had here. `reason` says why, with no advice
+    for any one caller; the message adds the Python API's way out (pretrained='auto' or false)."""
+
+    def __init__(self, reason: str, fix: str = ""):
+        super().__init__(f"{reason}; pass pretrained='auto' or false for random init", fix=fix)
+        self.reason = reason
 
 
 @dataclass
@@ -233,8 +243,8 @@ def build(name: str, pretrained: Pretrained = None, seed: int = 0, overrides: Op
     if kind == "unavailable":
         why = minilm_path() if where is None else hub.not_found("model", base, where)  # MiniLM: raises its fix
         where_ = " offline" if hub.offline() else ""
-        raise DataNotFound(f"pretrained weights for {name!r} are not available{where_}: {why}; pass "
-                           f"pretrained='auto' or false for random init", fix=f"{hub.CLI} {base}")
+        raise WeightsUnavailable(f"pretrained weights for {name!r} are not available{where_}: {why}",
+                                 fix=f"{hub.CLI} {base}")
     folder = None
     if kind in ("package", "hub"):
         folder = where if isinstance(where, str) else hub.download(where)

@@ -18,12 +18,13 @@ from .executors import execute
 from .outputs import load_rows, to_table, write_outputs
 from .plan import (EXECUTORS, CellTask, ExpPlan, RunConfig, check_overrides, compute_command, paper_selection, plan,
                    select, typed_overrides)
+from .specs import CellSpec, CellStatus, status_of
 from .substitutes import plan_notices
 from .worker import RESERVED, make_spec, run_one
 
 __all__ = ["RunConfig", "run", "plan", "select", "check_overrides", "execute", "write_outputs", "load_rows",
            "to_table", "format_errors", "ExpResult", "EXECUTORS", "RESERVED", "CellTask", "ExpPlan", "run_one",
-           "typed_overrides", "CLAIM_POLL_S", "compute_command", "paper_selection"]
+           "typed_overrides", "CLAIM_POLL_S", "compute_command", "paper_selection", "CellSpec", "CellStatus"]
 
 MEMORY_BUDGET_MB = 8192  # cells above this peak RSS are flagged in the run log
 CLAIM_POLL_S = 0.5
@@ -42,7 +43,7 @@ class ExpResult:
     elsewhere: int = 0  # computed by another runner on the same cache while this one waited
     uncached: int = 0  # computed but the cache could not be written (read-only / full)
     wall_s: float = 0.0
-    errors: List[Dict[str, Any]] = field(default_factory=list)
+    errors: List[CellStatus] = field(default_factory=list)
     figure_error: Optional[str] = None
     output: Optional[Dict[str, Any]] = None
     absent: List[str] = field(default_factory=list)  # cells without a result (not cached, failed, no data)
@@ -65,17 +66,16 @@ class ExpResult:
         return self.failed == 0 and self.missing == 0 and self.missing_data == 0 and not self.figure_error
 
 
-def _wait_for_claims(specs: List[Dict[str, Any]], cfg: RunConfig, statuses: Dict[str, Dict]) -> List[Dict]:
+def _wait_for_claims(specs: List[CellSpec], cfg: RunConfig, statuses: Dict[str, CellStatus]) -> List[CellSpec]:
     """Wait for cells another runner claimed; returns those it abandoned (claim gone, no cell) to run here."""
     store = CellCache(cfg.cache_dir)
     pending = list(specs)
-    again: List[Dict] = []
+    again: List[CellSpec] = []
     while pending:
         still = []
         for s in pending:
             if store.exists(s["experiment"], s["key"]):
-                statuses[s["key"]] = {"experiment": s["experiment"], "key": s["key"], "label": s["label"],
-                                      "status": "elsewhere"}
+                statuses[s["key"]] = status_of(s, "elsewhere")
             elif _claims.claimed_elsewhere(cfg.cache_dir, s["experiment"], s["key"]):
                 still.append(s)
             else:
@@ -86,7 +86,7 @@ def _wait_for_claims(specs: List[Dict[str, Any]], cfg: RunConfig, statuses: Dict
     return again
 
 
-def _execute_all(todo: List[Dict[str, Any]], cfg: RunConfig, desc: str, statuses: Dict[str, Dict]) -> None:
+def _execute_all(todo: List[CellSpec], cfg: RunConfig, desc: str, statuses: Dict[str, CellStatus]) -> None:
     for _ in range(3):  # claimed elsewhere -> wait -> abandoned claims are run here
         claimed = []
         for st in execute(todo, cfg, desc=desc):
@@ -110,7 +110,7 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
     store = CellCache(cfg.cache_dir)
     results: Dict[str, ExpResult] = {}
     plans: Dict[str, ExpPlan] = {}
-    todo: List[Dict[str, Any]] = []
+    todo: List[CellSpec] = []
     t_start: Dict[str, float] = {}
     for n in names:
         t_start[n] = time.perf_counter()
@@ -128,7 +128,7 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
                 todo.append(make_spec(p.exp, t, cfg, progress=cfg.progress and cfg.executor == "serial"))
     for line in plan_notices(plans.values(), cfg.scale):  # one line per substitute, before anything runs
         echo(line)
-    statuses: Dict[str, Dict] = {}
+    statuses: Dict[str, CellStatus] = {}
     written: List[str] = []
 
     def finish(n: str) -> None:

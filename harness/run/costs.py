@@ -86,7 +86,7 @@ def paper_estimate(exp, results_dir: Path) -> Tuple[Optional[float], str]:
     """(seconds or None, how) for an experiment's --scale paper run: its declared `paper_cost` factor times the
     total cell time its committed full-scale manifest records (machine and device of that run). The papers' sizes
     change the model, data and device at once, so the factor is the experiment's own declared guess."""
-    factor = getattr(exp, "paper_cost", None)
+    factor = exp.paper_cost
     if not factor:
         return None, "no estimate (the experiment declares no paper_cost)"
     walls = recorded_walls(results_dir, exp.name, "full")

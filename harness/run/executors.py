@@ -12,10 +12,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from .. import config as _config
 from ..errors import AttnLipError
+from .specs import CellSpec, CellStatus, lost
 from .worker import run_cells, run_one, worker_init
 
 SLURM_PROBE_TIMEOUT_S = 15.0  # how long `sinfo` may take before the cluster counts as not answering
@@ -52,8 +53,8 @@ def threads_per_worker(cfg) -> int:
     return _config.thread_count(cfg.threads, cfg.jobs)
 
 
-def execute(specs: List[Dict[str, Any]], cfg, desc: str = "cells") -> List[Dict[str, Any]]:
-    """Run cell specs with the configured executor; one status dict per spec (order not guaranteed)."""
+def execute(specs: List[CellSpec], cfg, desc: str = "cells") -> List[CellStatus]:
+    """Run cell specs with the configured executor; one status per spec (order not guaranteed)."""
     if not specs:
         return []
     if cfg.executor == "serial":  # in this process: the caller's thread count is given back afterwards
@@ -71,22 +72,17 @@ def execute(specs: List[Dict[str, Any]], cfg, desc: str = "cells") -> List[Dict[
             torch.set_num_threads(before)
         return out
     threads = threads_per_worker(cfg)
-    specs = [dict(s, threads=threads) for s in specs]
+    specs = [CellSpec(**{**s, "threads": threads}) for s in specs]
     if cfg.executor == "process":
         return _execute_pool(specs, cfg, desc, threads)
     return _execute_submitit(specs, cfg, desc, threads)
 
 
-def lost(spec: Dict[str, Any], why: str) -> Dict[str, Any]:
-    return {"experiment": spec["experiment"], "key": spec["key"], "label": spec["label"], "status": "failed",
-            "error": why, "traceback": why}
-
-
-def _execute_pool(specs, cfg, desc: str, threads: int):
+def _execute_pool(specs: List[CellSpec], cfg, desc: str, threads: int) -> List[CellStatus]:
     """Process pool with recovery: when a worker dies (the OS killed it, e.g. out of memory), every unfinished
     cell of that pool is lost with it. Those are retried once in fresh worker processes (one cell per process),
     then one at a time, each alone in its pool; a cell that kills its worker even alone is reported failed."""
-    out: List[Dict[str, Any]] = []
+    out: List[CellStatus] = []
     with _pbar(len(specs), desc, cfg.progress) as bar:
         dead = _pool_round(specs, cfg.jobs, threads, cfg.fresh_workers, out, bar)
         if dead:
@@ -104,7 +100,8 @@ def _execute_pool(specs, cfg, desc: str, threads: int):
     return out
 
 
-def _pool_round(specs, jobs: int, threads: int, fresh: bool, out: List[Dict[str, Any]], bar) -> List[Dict[str, Any]]:
+def _pool_round(specs: List[CellSpec], jobs: int, threads: int, fresh: bool, out: List[CellStatus], bar
+                ) -> List[CellSpec]:
     """Run specs in one spawn pool, appending statuses to out; returns the specs lost with a dead worker."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -174,7 +171,7 @@ def slurm_states(job_ids: List[str]) -> Optional[Dict[str, str]]:
     return dict(line.strip().split("|", 1) for line in p.stdout.splitlines() if "|" in line)
 
 
-def _execute_submitit(specs, cfg, desc: str, threads: int):
+def _execute_submitit(specs: List[CellSpec], cfg, desc: str, threads: int) -> List[CellStatus]:
     import submitit
 
     cluster = _cluster(cfg)
@@ -198,17 +195,17 @@ def _execute_submitit(specs, cfg, desc: str, threads: int):
         return _collect(list(zip(jobs, chunks)), cluster == "slurm", bar)
 
 
-def _result(job, chunk) -> List[Dict[str, Any]]:
+def _result(job, chunk: List[CellSpec]) -> List[CellStatus]:
     try:
         return job.result()
     except Exception as e:  # noqa: BLE001 - job crashed / was killed: its cells count as failed unless cached
         return [lost(s, f"submitit job {job.job_id} failed: {e}") for s in chunk]
 
 
-def _collect(pending, slurm: bool, bar) -> List[Dict[str, Any]]:
+def _collect(pending, slurm: bool, bar) -> List[CellStatus]:
     """Statuses of submitted jobs as they finish. A Slurm job is done when its result file exists, or when squeue
     says it ended (cancelled, timed out, failed) and no result file appears within SLURM_GRACE_S."""
-    out: List[Dict[str, Any]] = []
+    out: List[CellStatus] = []
     ended: Dict[str, tuple] = {}  # job id -> (state, when first seen ended)
     next_probe = time.monotonic() + SLURM_POLL_S
     while pending:

@@ -14,7 +14,10 @@ from typing import Any, Dict, List, Optional
 
 from ..config import device_kind
 from ..store.atomic import atomic_write_bytes, atomic_write_text
-from ..store.cells import CellCache, CorruptCell
+from ..store.cells import CellCache, CellRecord, CorruptCell
+from .specs import CellStatus
+
+Statuses = Dict[str, CellStatus]  # cell key -> status of the cells this run executed
 
 HEAD = ["experiment", "cell"]
 TAIL = ["seed", "device", "dtype", "scale", "cell_key"]
@@ -36,7 +39,7 @@ def write_csv(outdir: Path, text: str) -> Path:
     return atomic_write_bytes(packed, gzip.compress(data, mtime=0))
 
 
-def _record(store: CellCache, t, statuses: Optional[Dict[str, Dict]]) -> Optional[Dict[str, Any]]:
+def _record(store: CellCache, t, statuses: Optional[Statuses]) -> Optional[CellRecord]:
     try:
         return store.load(t.experiment, t.key)
     except (FileNotFoundError, CorruptCell):
@@ -44,7 +47,7 @@ def _record(store: CellCache, t, statuses: Optional[Dict[str, Dict]]) -> Optiona
         return st.get("record")  # computed, but the cache could not be written (read-only / full disk)
 
 
-def load_rows(p, cfg, statuses: Optional[Dict[str, Dict]] = None) -> List[Dict[str, Any]]:
+def load_rows(p, cfg, statuses: Optional[Statuses] = None) -> List[Dict[str, Any]]:
     """Tidy rows of every cached (or just computed) cell in the plan, with the harness columns added."""
     store = CellCache(cfg.cache_dir)
     rows: List[Dict[str, Any]] = []
@@ -56,7 +59,7 @@ def load_rows(p, cfg, statuses: Optional[Dict[str, Dict]] = None) -> List[Dict[s
             row = {"experiment": t.experiment, "cell": t.label}
             row.update({k: v for k, v in t.cell.items() if k not in r})
             row.update(r)
-            if getattr(t, "used", None):  # what stood in for the paper's data / model (harness.run.substitutes)
+            if t.used:  # what stood in for the paper's data / model (harness.run.substitutes)
                 row["data_used"] = t.used
             row.update(seed=cfg.seed, device=device_kind(rec.get("device", cfg.device)),
                        dtype=rec.get("dtype", cfg.dtype), scale=cfg.scale, cell_key=t.key[:12])
@@ -94,7 +97,7 @@ def parquet_bytes(df) -> bytes:
     return buf.getvalue()
 
 
-def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: Optional[float] = None,
+def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional[float] = None,
                   overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Write <output_root>/<exp>/ from the cache; returns a report (rows, figures, figure_error, table)."""
     from .. import manifest as _manifest
@@ -163,12 +166,12 @@ def write_outputs(p, cfg, statuses: Optional[Dict[str, Dict]] = None, started: O
     return report
 
 
-def _cell_entries(p, store: CellCache, statuses: Optional[Dict[str, Dict]]) -> List[Dict[str, Any]]:
+def _cell_entries(p, store: CellCache, statuses: Optional[Statuses]) -> List[Dict[str, Any]]:
     """The manifest's per-cell entries: parameters, key, status, and the worker's metadata for computed cells."""
     cells = []
     for t in p.tasks:
         entry = {"cell": t.label, "key": t.key, "params": t.cell, "model_source": t.model_source,
-                 "data_source": t.data_source, "data_used": getattr(t, "used", None)}
+                 "data_source": t.data_source, "data_used": t.used}
         rec = _record(store, t, statuses)
         if rec is not None:
             entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"),

@@ -14,7 +14,7 @@ from ..registry import Experiment
 from ..store import keys as _keys
 from ..store.cells import CellCache, CorruptCell
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
-from . import substitutes as _substitutes
+from .substitutes import apply as apply_substitutes
 
 EXECUTORS = ("serial", "process", "submitit")
 
@@ -209,7 +209,7 @@ PLUGIN_KEY = "plugins"  # grid key of experiments that evaluate every registered
 def accepts_bounds(exp: Experiment) -> bool:
     """Whether --bound plug-ins reach this experiment: a `plugins` grid key, or `accepts_bounds = True` (the
     worker then registers them before run())."""
-    return getattr(exp, "accepts_bounds", False) or PLUGIN_KEY in _grid.keys(exp.grid)
+    return exp.accepts_bounds or PLUGIN_KEY in _grid.keys(exp.grid)
 
 
 def plugin_sources(exp: Experiment, cfg: RunConfig, cell: Optional[Dict[str, Any]] = None
@@ -281,29 +281,16 @@ def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
 
 
 def model_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
-    """What weights a cell would use (hub / package / random init), without loading them: part of the key."""
-    if hasattr(exp, "model_source"):
-        return exp.model_source(cell)
-    if "model" not in cell:
-        return None
-    try:
-        from ..models.text import model_source as _ms
-    except ImportError:
-        return None
-    try:
-        return _ms(cell["model"], cell.get("pretrained"))
-    except Exception as e:  # noqa: BLE001 - an unknown model fails in its cell, with the loader's message
-        return f"unresolved:{e.__class__.__name__}"
+    """What weights a cell would use (hub / package / random init), without loading them: part of the key
+    (Experiment.model_source)."""
+    return exp.model_source(cell)
 
 
 def data_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
     """Where a cell's datasets come from (mirror / NLTK / hub revision / download), without loading them: part of
-    the key. The datasets are exp.data_names(cell) when the experiment defines it, else the cell's "corpus" and
-    "dataset" values that name a dataset of harness.data.sources (synthetic data has no source)."""
-    if hasattr(exp, "data_names"):
-        names = list(exp.data_names(cell))
-    else:
-        names = [cell[k] for k in ("corpus", "dataset") if isinstance(cell.get(k), str)]
+    the key. The datasets are exp.data_names(cell) that name a dataset of harness.data.sources (synthetic data has
+    no source)."""
+    names = list(exp.data_names(cell))
     from ..data import resolve, sources
 
     got = [resolve.source(n) for n in names if n in sources.DATASETS]
@@ -318,7 +305,7 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     tasks, events = [], []
     overrides = typed_overrides(exp, cfg)
     for cell in exp.cells(cfg.scale, overrides):
-        cell, used, subs = _substitutes.apply(exp, cell, cfg.scale, fixed=overrides)
+        cell, used, subs = apply_substitutes(exp, cell, cfg.scale, fixed=overrides)
         events += [e for e in subs if e not in events]
         src, data = model_source(exp, cell), data_source(exp, cell)
         plugins = plugin_sources(exp, cfg, cell)

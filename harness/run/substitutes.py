@@ -104,7 +104,7 @@ def _applies(sub: Substitute, cell: Dict[str, Any]) -> bool:
 def apply(exp: Experiment, cell: Dict[str, Any], scale: str, fixed: Iterable[str] = ()
           ) -> Tuple[Dict[str, Any], Optional[str], List[Tuple[Substitute, str]]]:
     """(the cell to run, its `data_used` text or None, [(substitute, why) used or, at paper scale, needed])."""
-    subs = [s for s in getattr(exp, "substitutes", ()) or () if _applies(s, cell) and s.key not in set(fixed)]
+    subs = [s for s in exp.substitutes or () if _applies(s, cell) and s.key not in set(fixed)]
     if not subs:
         return cell, None, []
     out, used, events = dict(cell), [], []
@@ -147,4 +147,4 @@ def notices(events: Sequence[Tuple[str, Substitute, str]], scale: str) -> List[s
 
 def plan_notices(plans: Iterable[Any], scale: str) -> List[str]:
     """notices(...) of planned experiments (harness.run.plan.ExpPlan: `.exp.name`, `.substituted`)."""
-    return notices([(p.exp.name, s, why) for p in plans for s, why in getattr(p, "substituted", [])], scale)
+    return notices([(p.exp.name, s, why) for p in plans for s, why in p.substituted], scale)

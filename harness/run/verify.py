@@ -70,7 +70,7 @@ class ExpVerify:
 def tolerance(exp, column: str) -> Optional[float]:
     """The tolerance `exp.verify_tol` declares for `column`: exact name, else the first matching glob, else
     "default"; None: not compared."""
-    tols = dict(getattr(exp, "verify_tol", None) or {})
+    tols = dict(exp.verify_tol or {})
     if column in tols:
         return tols[column]
     for pat, tol in tols.items():

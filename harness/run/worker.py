@@ -21,25 +21,26 @@ from ..errors import MissingData, UnsupportedContext
 from ..registry import Context, Experiment
 from ..store import claims as _claims
 from ..store.atomic import atomic_write_text, canonical_json
-from ..store.cells import CellCache
+from ..store.cells import CellCache, CellRecord
+from .specs import CellSpec, CellStatus, status_of
 
 RESERVED = ("experiment", "cell", "cell_key", "seed", "device", "dtype", "scale")
 
 
-def make_spec(exp: Experiment, task, cfg, progress: bool) -> Dict[str, Any]:
-    """The picklable description of one cell's work (parameters only)."""
+def make_spec(exp: Experiment, task, cfg, progress: bool) -> CellSpec:
+    """The description of one cell's work (parameters only) that a worker receives."""
     mod = exp.module
-    return {
-        "experiment": exp.name, "module": mod.__name__, "module_file": getattr(mod, "__file__", None),
-        "cell": task.cell, "key": task.key, "label": task.label, "seed": cfg.seed, "dtype": cfg.dtype,
-        "scale": cfg.scale, "device": cfg.device, "cache_dir": str(cfg.cache_dir), "progress": progress,
-        "threads": cfg.threads, "model_source": task.model_source, "data_source": task.data_source,
-        "force": bool(cfg.force),
-        "bounds": list(cfg.bounds) if getattr(exp, "accepts_bounds", False) else [],  # else via the plugins key
-    }
+    return CellSpec(
+        experiment=exp.name, module=mod.__name__, module_file=getattr(mod, "__file__", None),
+        cell=task.cell, key=task.key, label=task.label, seed=cfg.seed, dtype=cfg.dtype,
+        scale=cfg.scale, device=cfg.device, cache_dir=str(cfg.cache_dir), progress=progress,
+        threads=cfg.threads, model_source=task.model_source, data_source=task.data_source,
+        force=bool(cfg.force),
+        bounds=list(cfg.bounds) if exp.accepts_bounds else [],  # else via the plugins grid key
+    )
 
 
-def _resolve(spec: Dict[str, Any]) -> Experiment:
+def _resolve(spec: CellSpec) -> Experiment:
     """The experiment in this (possibly fresh) process: import only its own module (by name, else by file),
     falling back to loading every experiment module."""
     import importlib
@@ -118,18 +119,15 @@ def check_rows(rows: Any) -> List[Dict[str, Any]]:
     return json.loads(canonical_json(list(rows)))  # fails early on non-JSON values
 
 
-def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
-    """Compute one cell and write its cache file; returns a status dict (never raises for a cell error)."""
+def run_one(spec: CellSpec) -> CellStatus:
+    """Compute one cell and write its cache file; returns its status (never raises for a cell error)."""
     t0 = time.perf_counter()
-    status: Dict[str, Any] = {"experiment": spec["experiment"], "key": spec["key"], "label": spec["label"]}
     claim = _claims.try_claim(spec["cache_dir"], spec["experiment"], spec["key"])
     if claim is None:
-        status.update(status="claimed", error="being computed by another runner", wall_s=0.0)
-        return status
+        return status_of(spec, "claimed", error="being computed by another runner", wall_s=0.0)
     if not spec.get("force") and _done_meanwhile(spec):  # another runner finished it since this one planned
         claim.release()
-        status.update(status="elsewhere", wall_s=0.0)
-        return status
+        return status_of(spec, "elsewhere", wall_s=0.0)
     try:
         exp = _resolve(spec)
         exp.check_context(spec["dtype"], spec["device"])
@@ -143,27 +141,27 @@ def run_one(spec: Dict[str, Any]) -> Dict[str, Any]:
         wall = time.perf_counter() - t0
         meta = {"wall_s": round(wall, 4), "peak_rss_mb": round(rss.peak / 2**20, 1), "threads": threads,
                 "pid": os.getpid(), "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        record = {"experiment": spec["experiment"], "key": spec["key"], "cell": spec["cell"], "rows": rows,
-                  "seed": spec["seed"], "dtype": spec["dtype"], "scale": spec["scale"], "device": spec["device"],
-                  "model_source": spec.get("model_source"), "data_source": spec.get("data_source"), "meta": meta}
+        record = CellRecord(experiment=spec["experiment"], key=spec["key"], cell=spec["cell"], rows=rows,
+                            seed=spec["seed"], dtype=spec["dtype"], scale=spec["scale"], device=spec["device"],
+                            model_source=spec.get("model_source"), data_source=spec.get("data_source"), meta=meta)
         try:
             CellCache(spec["cache_dir"]).save(record)
-            status["cached"] = True
+            cache = {"cached": True}
         except OSError as e:  # read-only or full cache: the rows are still reported, with the real cause
-            status.update(cached=False, cache_error=f"{e.__class__.__name__}: {e}", record=record)
+            cache = {"cached": False, "cache_error": f"{e.__class__.__name__}: {e}", "record": record}
         _failure_log(spec, None)
-        status.update(status="ok", **meta, n_rows=len(rows))
+        status = status_of(spec, "ok", **cache, **meta, n_rows=len(rows))
     except UnsupportedContext as e:
-        status.update(status="failed", error=f"UnsupportedContext: {e}", traceback="",
-                      wall_s=time.perf_counter() - t0)
+        status = status_of(spec, "failed", error=f"UnsupportedContext: {e}", traceback="",
+                           wall_s=time.perf_counter() - t0)
     except MissingData as e:
-        status.update(status="missing_data", error=f"MissingData: {e}", traceback="", fix=getattr(e, "fix", ""),
-                      wall_s=time.perf_counter() - t0)
+        status = status_of(spec, "missing_data", error=f"MissingData: {e}", traceback="",
+                           fix=getattr(e, "fix", ""), wall_s=time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - a failed cell is reported, never cached
         tb = traceback.format_exc()
         _failure_log(spec, tb)
-        status.update(status="failed", error=f"{e.__class__.__name__}: {e}", traceback=tb,
-                      wall_s=time.perf_counter() - t0)
+        status = status_of(spec, "failed", error=f"{e.__class__.__name__}: {e}", traceback=tb,
+                           wall_s=time.perf_counter() - t0)
     finally:
         claim.release()
     return status
@@ -191,7 +189,7 @@ def _register_plugins(specs: List[str]) -> None:
     _PLUGINS.update(names)
 
 
-def _done_meanwhile(spec: Dict[str, Any]) -> bool:
+def _done_meanwhile(spec: CellSpec) -> bool:
     from ..store.cells import CorruptCell
 
     try:
@@ -201,12 +199,12 @@ def _done_meanwhile(spec: Dict[str, Any]) -> bool:
         return False
 
 
-def run_cells(specs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def run_cells(specs: List[CellSpec]) -> List[CellStatus]:
     """Worker entry point (process pool / submitit job): run a chunk of cells in order."""
     return [run_one(s) for s in specs]
 
 
-def _failure_log(spec: Dict[str, Any], tb: Optional[str]) -> None:
+def _failure_log(spec: CellSpec, tb: Optional[str]) -> None:
     p = Path(spec["cache_dir"]) / "failures" / spec["experiment"] / f"{spec['key']}.txt"
     if tb is None:
         with contextlib.suppress(OSError):

@@ -4,12 +4,33 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, TypedDict, Union
 
 from ..errors import CorruptFile
 from .atomic import atomic_write_text, canonical_json, sha256
 
 FORMAT = 2
+
+
+class _RecordHead(TypedDict):
+    experiment: str
+    key: str
+    cell: Dict[str, Any]
+    rows: List[Dict[str, Any]]  # tidy rows, as run() returned them
+
+
+class CellRecord(_RecordHead, total=False):
+    """A cell file's content: the cell, its rows, what they were computed in and the worker's metadata."""
+
+    seed: int
+    dtype: str
+    scale: str
+    device: str
+    model_source: Optional[str]
+    data_source: Optional[str]
+    meta: Dict[str, Any]  # wall_s, peak_rss_mb, threads, pid, computed_at
+    format: int  # written by save()
+    checksum: str  # sha256 of the canonical JSON of the rest, written by save()
 
 
 class CorruptCell(CorruptFile):
@@ -28,14 +49,14 @@ class CellCache:
     def exists(self, experiment: str, key: str) -> bool:
         return self.path(experiment, key).is_file()
 
-    def save(self, record: Dict[str, Any]) -> Path:
+    def save(self, record: CellRecord) -> Path:
         """Write a cell record {experiment, key, cell, rows, meta, ...} atomically with its checksum."""
         body = {k: v for k, v in record.items() if k != "checksum"}
         body["format"] = FORMAT
         body["checksum"] = sha256(canonical_json(body))
         return atomic_write_text(self.path(record["experiment"], record["key"]), canonical_json(body))
 
-    def load(self, experiment: str, key: str) -> Dict[str, Any]:
+    def load(self, experiment: str, key: str) -> CellRecord:
         """The record of a cached cell; FileNotFoundError if absent, CorruptCell if it cannot be trusted."""
         return load_cell(self.path(experiment, key), key)
 
@@ -55,7 +76,7 @@ class CellCache:
         return True
 
 
-def load_cell(path: Union[str, Path], key: Optional[str] = None) -> Dict[str, Any]:
+def load_cell(path: Union[str, Path], key: Optional[str] = None) -> CellRecord:
     """Read and verify a cell file: parse, format, key and checksum (CorruptCell on any mismatch)."""
     path = Path(path)
     try:
