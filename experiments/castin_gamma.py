@@ -19,6 +19,7 @@ from harness.bounds.castin import prop34_choice
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
+from . import _castin_paper as P
 
 
 @experiment
@@ -31,6 +32,12 @@ class CastinGamma(Experiment):
             "n": [64], "count": [5]}
     quick = {"model": ["minilm", "gpt2"]}
     test = {"model": ["tiny-bert"], "corpus": ["synthetic"], "n": [8], "count": [2]}
+    # pretrained BERT-base / GPT-2 where their weights can be had, else the same architecture from random init
+    substitutes = P.PRETRAINED
+    # --scale paper (App. C.5, Fig. 2): pretrained BERT-base on a batch of five Alice extracts (the extract length is
+    # not stated in the paper: 64 tokens as at full scale)
+    paper = {"model": ["bert-base-uncased"], "pretrained": [True], "corpus": ["alice"], "n": [64], "count": [5]}
+    paper_cost = 1  # x the full run's cell time: one of its three cells, on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per (layer, head)."""

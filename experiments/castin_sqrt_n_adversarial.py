@@ -22,6 +22,7 @@ from harness.kernels.attention import AttentionWeights
 from harness.registry import Context, Experiment, experiment
 
 from . import _castin_common as C
+from . import _castin_paper as P
 
 N_ADV = [2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 100]
 N_ADV_768 = [2, 4, 8, 16, 32, 64, 100]  # d = 768 panels (57 % of the cost of N_ADV, to keep the full run near 2.5 h)
@@ -39,7 +40,17 @@ def self_map(w: AttentionWeights) -> AttentionWeights:
     return AttentionWeights(w.wq, w.wk, w.wv, eye, w.bq, w.bk, w.bv, None)
 
 
-@experiment
+# --scale paper (§5.2, Fig. 1's adversarial row; App. E.2 for pretrained GPT-2): pretrained BERT-base as encoder
+# and decoder at the mean token radius of real data (the paper's R = 15.5 / 21.5), random GPT-2 at about 4x it
+# (the paper's 100 against 27.7), pretrained GPT-2 at 1x; 12 values of n up to 100, first and last layer.
+# The paper scale is declared through the decorator: run() has a local variable named `paper`, and the code hash
+# (harness.store.codehash) counts a class member named like one of run()'s names as compute code.
+PAPER = [dict(_grid("bert-base-uncased", [0, -1], [False, True], [1.0], maps=("layer", "self")), pretrained=[True]),
+         dict(_grid("gpt2", [0, -1], [True], [1.0]), pretrained=[True]),
+         dict(_grid("gpt2", [0, -1], [True], [4.0]), pretrained=[False])]
+
+
+@experiment(paper=PAPER)
 class CastinSqrtNAdversarial(Experiment):
     """Castin Fig. 1 (adversarial): ||Df|| vs n at Prop. 3.4's inputs, head alone, lower and upper bounds."""
 
@@ -60,6 +71,9 @@ class CastinSqrtNAdversarial(Experiment):
     quick = [_grid("minilm", [-1], [False], [1.0, 2.0], [2, 4, 8, 16, 32, 64], maps=("layer", "self"))]
     test = [dict(_grid("tiny-bert", [0], [False, True], [2.0], [2, 4, 8], count=3, maps=("layer", "self")),
                  corpus=["synthetic"], radius_n=[16])]
+    # pretrained BERT-base / GPT-2 where their weights can be had, else the same architecture from random init
+    substitutes = P.PRETRAINED
+    paper_cost = 1  # x the full run's cell time: the d = 768 panels at 12 values of n instead of 7, on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per (n, head) for the heads whose A_c has a real eigenvalue."""

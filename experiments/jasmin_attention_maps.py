@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 
@@ -22,7 +23,13 @@ class JasminAttentionMaps(Experiment):
 
     name = "jasmin_attention_maps"
     figures_ref = ["JaSMin (Yudin et al.) Fig. 2 (attention maps, exact vs g_1)"]
-    grid, quick, test = C.maps_grids({"full_map_max_n": [64]})
+    # the ViT on CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/_jasmin_grids.py)
+    grid, quick, test = G.on_cifar10(C.maps_grids({"full_map_max_n": [64]}))
+    substitutes = (G.SUBSTITUTE,)
+    # --scale paper: the maps of every layer of jasmin_sweep's paper-scale baseline (ViT-B on CIFAR-10, patch 4:
+    # 65 tokens). The paper's Fig. 2 shows an ImageNet ViT-L, which is not trained or loaded here.
+    paper = [{"model": ["vit"], "count": [64], "layers": [list(range(12))], **C.VIT_PAPER, "full_map_max_n": [64]}]
+    paper_cost = 50  # x the full run's cell time (the model trained by jasmin_sweep): a ViT-B forward pass on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         from harness.kernels.attention import probs

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 
@@ -22,7 +23,8 @@ class JasminG1Ratio(Experiment):
     dtype_note = ("g_1(P_i) / ||J_sm(P_i)|| on near-one-hot rows (1 - p_max ~ 1e-6) divides two quantities that "
                   "float32 resolves to a few percent (measured: ratios 3% apart at test scale), and Theorem 4's check "
                   "g_1 >= exact needs 1e-9 accuracy")
-    grid, quick, test = C.maps_grids({"hist_bins": [60]})
+    grid, quick, test = G.on_cifar10(C.maps_grids({"hist_bins": [60]}))  # CIFAR-10, else Fashion-MNIST
+    substitutes = (G.SUBSTITUTE,)
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 
@@ -18,7 +19,14 @@ class JasminHeatmaps(Experiment):
 
     name = "jasmin_heatmaps"
     figures_ref = ["JaSMin (Yudin et al.) Fig. 5 (regularized quantity per layer/head)"]
-    grid, quick, test = C.sweep_grids({"n_heat": [64]}, {"n_heat": [64]}, {"n_heat": [8]})
+    # CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/_jasmin_grids.py)
+    grid, quick, test = G.on_cifar10(C.sweep_grids({"n_heat": [64]}, {"n_heat": [64]}, {"n_heat": [8]}))
+    substitutes = (G.SUBSTITUTE,)
+    # --scale paper: the sweep's ViT-B models on CIFAR-10 (_jasmin_common.VIT_PAPER), averaged over 1,000 test images
+    paper = C.sweep_paper({"n_heat": [1000]})
+    # x the full run's cell time (the models trained by jasmin_sweep): a ViT-B forward pass costs ~1,600x the
+    # FLOPs of the d = 64 ViT's per image, 16x the images, on a GPU (~100x a 2-core CPU)
+    paper_cost = 250
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 
@@ -18,8 +19,17 @@ class JasminJacobianNorm(Experiment):
 
     name = "jasmin_jacobian_norm"
     figures_ref = ["JaSMin (Yudin et al.) Fig. 4 (Jacobian norm distribution)"]
-    grid, quick, test = C.sweep_grids({"n_jac": [32], "lanczos_iters": [300]}, {"n_jac": [8], "lanczos_iters": [300]},
-                                      {"n_jac": [2], "lanczos_iters": [300]})
+    # CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/_jasmin_grids.py)
+    grid, quick, test = G.on_cifar10(C.sweep_grids({"n_jac": [32], "lanczos_iters": [300]},
+                                                   {"n_jac": [8], "lanczos_iters": [300]},
+                                                   {"n_jac": [2], "lanczos_iters": [300]}))
+    substitutes = (G.SUBSTITUTE,)
+    # --scale paper: the sweep's ViT-B models on CIFAR-10 (_jasmin_common.VIT_PAPER); the paper takes every point of
+    # the evaluation set, here the first 1,000 test images
+    paper = C.sweep_paper({"n_jac": [1000], "lanczos_iters": [300]})
+    # x the full run's cell time (models trained by jasmin_sweep): ~1,600x the FLOPs per Jacobian product, 31x the
+    # images, on a GPU (~100x a 2-core CPU)
+    paper_cost = 500
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 
@@ -20,7 +21,8 @@ class JasminJsmRows(Experiment):
     figures_ref = ["JaSMin (Yudin et al.) Fig. 2 (exact ||J_sm|| vs g_1 per row)"]
     # g_1 / exact on near-one-hot rows divides two quantities of size 1 - p_max, which float32 resolves coarsely
     float32_exempt = ("ratio_mean", "ratio_min", "ratio_max")
-    grid, quick, test = C.maps_grids({})
+    grid, quick, test = G.on_cifar10(C.maps_grids({}))  # CIFAR-10, else Fashion-MNIST (_jasmin_grids.py)
+    substitutes = (G.SUBSTITUTE,)
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch

@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 
@@ -22,7 +23,12 @@ class JasminOverhead(Experiment):
     figures_ref = ["JaSMin (Yudin et al.) §5 (regularizer cost; no figure in the paper)"]
     float32_exempt = ("step_s", "step_s_plain", "overhead")
     verify_tol = {"default": 1e-9, "step_s": None, "step_s_plain": None, "overhead": None}  # timings: not compared
-    grid, quick, test = C.sweep_grids({"reps": [5]}, {"reps": [3]}, {"reps": [1]})
+    # CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/_jasmin_grids.py)
+    grid, quick, test = G.on_cifar10(C.sweep_grids({"reps": [5]}, {"reps": [3]}, {"reps": [1]}))
+    substitutes = (G.SUBSTITUTE,)
+    # --scale paper: the regularizers' cost on the sweep's ViT-B models (_jasmin_common.VIT_PAPER), batch 128
+    paper = C.sweep_paper({"reps": [5]})
+    paper_cost = 20  # x the full run's cell time: ~1,600x the FLOPs per step on a GPU (~100x a 2-core CPU)
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch

@@ -12,6 +12,7 @@ import time
 from typing import Any, Dict, List
 
 from experiments import _jasmin_common as C
+from experiments import _jasmin_grids as G
 from harness.registry import Context, Experiment, experiment
 
 # Paper Table 3 (ViT-B fine-tuned on CIFAR-100): Standard, FGSM2, FGSM4, PGD2 (4 steps), PGD4, AA2 (%).
@@ -48,7 +49,7 @@ class JasminSweep(Experiment):
     figures_ref = ["JaSMin (Yudin et al.) Tables 1-4"]
     float32_exempt = ("accuracy", "wall_s")  # attack outcomes flip on rounding near the decision boundary
     verify_tol = {"default": 1e-9, "wall_s": None}  # timings are not reproducible numbers
-    grid, quick, test = GRIDS
+    grid, quick, test = G.on_cifar10(GRIDS)  # CIFAR-10 at patch 8, else Fashion-MNIST (experiments/_jasmin_grids.py)
     # --scale paper: ViT-B on CIFAR-10 (_jasmin_common.VIT_PAPER), attacked on 1,000 test images with the paper's
     # 4 PGD steps and AutoAttack on 500
     paper = C.sweep_paper({"n_eval": [1000], "n_aa": [500], "pgd_steps": [4], "linf_255": [[2, 4, 8]], "l2": [[0.5]]})

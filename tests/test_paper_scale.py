@@ -15,7 +15,9 @@ from harness.registry import Substitute
 from harness.run import substitutes
 from tests._harness_fakes import registered_fakes
 
-PAPER_EXPS = {"lofast_certified", "castin_sqrt_n", "jasmin_sweep"}
+PAPER_EXPS = {"lofast_certified", "lofast_text", "castin_sqrt_n", "castin_sqrt_n_block", "castin_sqrt_n_adversarial",
+              "castin_gamma", "jasmin_sweep", "jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin_overhead",
+              "jasmin_attention_maps", "bound_leaderboard"}
 
 
 @pytest.fixture
@@ -49,7 +51,8 @@ def test_dry_run_plans_the_paper_scale_with_an_estimate(offline, capsys):
     assert heads == PAPER_EXPS  # with no names: exactly the experiments that declare the paper scale
     assert "expected at paper scale" in out
     # the paper scale never substitutes: the missing items are named with how to get them
-    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): jasmin_sweep, lofast_certified need it", out)
+    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): bound_leaderboard, [a-z_, ]*jasmin_sweep, "
+                     r"lofast_certified need it", out)
     assert "hf download bert-base-uncased" in out
 
 
@@ -65,9 +68,9 @@ def test_paper_grids_are_the_papers_sizes():
 
 
 def test_an_experiment_without_paper_sizes_refuses_the_scale(capsys):
-    assert cli.main(["castin_gamma", "--scale", "paper", "--dry-run"]) == 2
+    assert cli.main(["castin_magnitude", "--scale", "paper", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "castin_gamma" in err and "declares no paper scale" in err and "Traceback" not in err
+    assert "castin_magnitude" in err and "declares no paper scale" in err and "Traceback" not in err
 
 
 def test_substitute_chosen_offline_with_one_line(offline, capsys):
