@@ -4,7 +4,8 @@
 - every experiment honours --dtype: float32 and float64 tables differ as float32 arithmetic does and agree to
   float32 accuracy, or the experiment refuses float32 clearly before computing;
 - editing an experiment's compute function changes its code hash, editing only figures/summary does not;
-- imports only go down the layers; no source file over 400 lines.
+- imports only go down the layers, no module imports itself back through others (no import cycle); no source
+  file over 400 lines.
 """
 from __future__ import annotations
 
@@ -251,6 +252,81 @@ def test_imports_only_go_down_the_layers():
             if dst_lvl > src_lvl or (src_prefix, dst_prefix) in FORBIDDEN:
                 bad.append(f"{me} -> {m}")
     assert not bad, "imports that run up the layers:\n" + "\n".join(sorted(set(bad)))
+
+
+CYCLE_ROOTS = ("harness",)
+CYCLE_ALLOWED = {("harness.registry", "experiments")}  # the registry discovering experiments at start-up
+
+
+def _import_graph(roots=CYCLE_ROOTS) -> dict:
+    """{module: set of modules it imports} over the source files under `roots`, imports anywhere in a file
+    (function-level ones too) resolved to the module they name: `from p import x` is p.x when p.x is a module,
+    else p; a name outside `roots` is dropped. Edges in CYCLE_ALLOWED (by prefix) are left out."""
+    files = {".".join(f.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): f
+             for root in roots for f in sorted((REPO / root).rglob("*.py"))}
+
+    known = lambda name: name if not name or name in files else known(name.rpartition(".")[0])  # "" if outside
+    graph = {}
+    for me, f in files.items():
+        pkg = me.split(".") if f.name == "__init__.py" else me.split(".")[:-1]
+        names = []
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+                names += [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+        graph[me] = {m for m in map(known, names) if m and m != me and not any(
+            me.startswith(a) and m.startswith(b) for a, b in CYCLE_ALLOWED)}
+    return graph
+
+
+def _cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan), each as a sorted list."""
+    index, low, stack, out = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail
+    graph = _import_graph()
+    assert {"harness.analyze.state", "harness.analyze.modern"} <= graph["harness.analyze.core"]  # siblings found
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles (modules that import each other, directly or through others):\n" + \
+        "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_architecture_doc_names_every_module():
+    """docs/architecture.md's module list names every module of harness/ and every helper of experiments/
+    (backticked file names, globs allowed: `_castin_plots*.py`)."""
+    import fnmatch
+
+    named = set(re.findall(r"`([\w*]+\.py)`", (REPO / "docs" / "architecture.md").read_text()))
+    files = [f for f in (REPO / "harness").rglob("*.py") if f.name != "__init__.py"]
+    files += [f for f in (REPO / "experiments").glob("_*.py") if f.name != "__init__.py"]
+    missing = sorted(str(f.relative_to(REPO)) for f in files if not any(fnmatch.fnmatch(f.name, n) for n in named))
+    assert not missing, "modules missing from docs/architecture.md (one line each):\n" + "\n".join(missing)
 
 
 def test_no_source_file_over_400_lines():

@@ -230,6 +230,24 @@ def test_batched_equals_per_sample():
         assert rel(out, per) <= 1e-8
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_zeta_reads_a_precomputed_p_norm_with_identical_values(causal):
+    """zeta's eq. 9 cap from a caller's ||P_l|| (InputState's cached one) gives the same value and certified
+    upper as computing it inside; a non-finite P_norm is recomputed; the argument is really read."""
+    from harness.bounds.input_state import InputState
+
+    X, w = make(11, batch=(2, 3), scale=2.0)
+    s = InputState(X, w, causal)
+    a, ia = L.zeta(X, w, False, causal=causal, return_info=True)
+    b, ib = L.zeta(X, w, False, causal=causal, return_info=True, P_norm=s.P_norm)
+    assert torch.equal(a, b) and torch.equal(s.zeta, a)
+    assert torch.allclose(ia.zeta.upper, ib.zeta.upper, rtol=1e-12, atol=0)
+    nan = L.zeta(X, w, False, causal=causal, return_info=True, P_norm=torch.full_like(s.P_norm, float("nan")))[1]
+    assert torch.equal(nan.zeta.upper, ia.zeta.upper)
+    zero = L.zeta(X, w, False, causal=causal, return_info=True, P_norm=torch.zeros_like(s.P_norm))[1]
+    assert bool((zero.zeta.upper == 0).all())  # min(KW estimate, eq. 9 with ||P_l|| = 0)
+
+
 def test_float32_agrees_with_float64():
     """Stated tolerance: float32 results within 1e-4 relative of float64 (Lanczos tol 1e-5 in float32)."""
     X, w = make(8, n=6, d=8, h=2, scale=1.5, batch=(3,))

@@ -108,6 +108,34 @@ def test_negative_layer_and_errors():
         load_text_model("gpt2", pretrained=True, with_tokenizer=False)
 
 
+@pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2"])
+def test_adapter_capture_collects_probabilities_and_stops_early(name):
+    """Adapter.capture(probs=True), which hf.capture runs, returns the model's own attention probabilities,
+    stops after the deepest requested layer, and refuses a module that returns no per-head probabilities."""
+    from harness.models.adapters import adapter_for
+
+    model, _, _ = load_text_model(name, overrides=TINY[name], seed=4, with_tokenizer=False)
+    model = model.double()
+    ids = torch.randint(0, 500, (2, 7), generator=torch.Generator().manual_seed(1))
+    ad = adapter_for(model)
+    ran = []
+    hook = ad.modules()[1].register_forward_hook(lambda *a: ran.append(1))
+    try:
+        got = ad.capture({"input_ids": ids}, [0], probs=True)
+        assert not ran and set(got) == {"inputs", "outputs", "probs"} and got["outputs"] == {}
+    finally:
+        hook.remove()
+    ref = model(input_ids=ids, output_attentions=True).attentions
+    both = ad.capture({"input_ids": ids}, [-1, 0], outputs=True, probs=True)
+    via_hf = hf.capture(model, ids, [-1, 0], outputs=True)
+    for l in (-1, 0):
+        assert torch.equal(both["probs"][l], ref[l]) and torch.equal(via_hf["probs"][l], ref[l])
+        assert torch.equal(via_hf["outputs"][l], both["outputs"][l]) and torch.equal(got["probs"][0], ref[0])
+    net = torch.nn.TransformerEncoderLayer(16, 4, batch_first=True).eval()  # calls its attention with
+    with pytest.raises(ValueError, match="attention probabilities"):  # need_weights=False
+        adapter_for(net).capture((torch.randn(1, 5, 16),), [0], probs=True)
+
+
 def test_minilm_roundtrip():
     try:
         model, tok, info = load_text_model("minilm", pretrained=True)

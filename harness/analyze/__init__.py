@@ -9,7 +9,8 @@ The command line is harness.analyze.cli:main (`attnlip analyze`).
 import sys
 import types
 
-from harness.analyze.core import EXTRA, AnalyzeState, analyze, entry_point_plugins, register_plugin
+from harness.analyze.core import analyze, entry_point_plugins, register_plugin
+from harness.analyze.state import EXTRA, AnalyzeState
 
 __all__ = ["analyze", "AnalyzeState", "EXTRA", "entry_point_plugins", "register_plugin"]
 

@@ -20,43 +20,15 @@ from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 import torch
 
-from harness.analyze import validate
+from harness.analyze import modern, validate
 from harness.analyze.inputs import load_model, model_inputs
+from harness.analyze.state import EXTRA, AnalyzeState, rows_extra, truth_uppers
 from harness.bounds import castin, lofast, registry
-from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
-from harness.kernels.layer import certified_norm
 from harness.models.adapters import adapter_for, lengths
 
-Tensor = torch.Tensor
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 ENTRY_POINT_GROUP = "attnlip.bounds"
-EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
-    "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - delta)"),
-    "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
-    "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
-    "prop34": ("head", "lower", "ball", "Castin Prop. 3.4 lower bound on B_R^n (bias-free map)"),
-    "gamma_R2": ("head", "info", "ball", "Castin gamma R^2 (bias-free A)"),
-    "log10_n_star": ("head", "info", "ball", "log10 n* = gamma R^2 / ln 10 (sqrt(n) growth below n*)"),
-}
-
-
-class AnalyzeState(InputState):
-    """bounds.input_state.InputState whose truths start from a Gaussian drawn before looking, so they also carry
-    the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - delta over the start;
-    kernels.layer.certified_norm, docs/math.md §4)."""
-
-    def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
-                 delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
-        self.delta, self.seed, self.certify_steps = float(delta), int(seed), int(certify_steps)
-        super().__init__(X, w, causal, tol, iters,
-                         certify=dict(steps=self.certify_steps, delta=self.delta, seed=self.seed))
-
-    def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
-        """kernels.layer.certified_norm of the operator (matvec, rmatvec) at X with this state's settings:
-        (value, converged, upper), each (...,) over X's batch dims."""
-        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.delta)
-        return r.value, r.converged, r.upper
 
 
 # ---- plug-in bounds -----------------------------------------------------------------------------------------
@@ -81,17 +53,6 @@ def entry_point_plugins() -> List[str]:
 
 
 # ---- the extra methods ------------------------------------------------------------------------------------------
-def truth_uppers(s: AnalyzeState) -> dict:
-    """{("truth_upper", scope): (certified upper estimate of the truth, guaranteed)} for the head and layer scopes
-    (computes the truths if they are not yet)."""
-    yes = torch.ones(s.X.shape[0], dtype=torch.bool)
-    out = {}
-    for scope in ("head", "layer"):
-        _ = s.truth_head if scope == "head" else s.truth_layer
-        out[("truth_upper", scope)] = (s.upper[scope], yes)
-    return out
-
-
 def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
            want: Optional[set] = None) -> dict:
     """{(method, scope): (values (G, h) or (G,), guaranteed (G,) bool)} for the EXTRA methods in `want` (None:
@@ -122,33 +83,6 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
         out[("gamma_R2", "head")] = (gr2, yes)
         out[("log10_n_star", "head")] = (gr2 / math.log(10), yes)
     return out
-
-
-def _rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Sequence[dict]) -> List[dict]:
-    rows = []
-    for (name, scope), (val, ok) in extra.items():
-        _, kind, bounds, _ = EXTRA.get(name, ("layer", "upper", "eps-ball", name))  # else a ball-change plug-in
-        truth = ev.truth(scope).detach().cpu()
-        tconv = s.all_converged(["truth_" + scope] + (["zeta", "m"] if name == "lofast_delta" else [])).cpu()
-        user = name not in EXTRA
-        val = val.detach().cpu()
-        ref = None  # what the soundness of this row is checked against
-        if bounds == "local":
-            ref = truth
-        elif bounds == "eps-ball" and kind == "upper" and ("pgd", "layer") in extra:
-            ref = extra[("pgd", "layer")][0].detach().cpu()
-        elif name == "prop34" and ("castin", "head") in ev.values:
-            ref = ev.values[("castin", "head")].detach().cpu()
-        for b in range(val.shape[0]):
-            v_b = val[b].reshape(-1).tolist()
-            t_b = truth[b].reshape(-1).tolist()
-            for j, v in enumerate(v_b):
-                sound = ref is None or registry.is_sound(kind, v, float(ref[b].reshape(-1)[j]), bool(ok[b]))
-                t = t_b[j]
-                rows.append(dict(meta[b], scope=scope, head=j if scope == "head" else -1, method=name, kind=kind,
-                                 bounds=bounds, value=v, truth=t, ratio=v / t if t > 0 else float("nan"),
-                                 converged=bool(tconv[b]), guaranteed=bool(ok[b]), sound=bool(sound), user=user))
-    return rows
 
 
 def _short(text: str, k: int = 80) -> str:
@@ -232,8 +166,6 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
                          layer=l) for b in idx]
             amap = adapter.attention_map(l, ln, dt, dev)
             if amap is not None:  # position terms in the scores (RoPE, relative biases): harness.analyze.modern
-                from harness.analyze import modern
-
                 rows += modern.rows(X, amap, names, meta, eps, pgd_steps, pgd_restarts, seed, methods,
                                     dict(tol=tol, iters=iters, delta=delta, seed=seed, certify_steps=certify_steps))
                 continue
@@ -243,7 +175,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
                 r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
                 rows.append(r)
             extra = _extra(s, eps, pgd_steps, pgd_restarts, seed, None if methods is None else set(methods))
-            rows += _rows_extra(s, ev, extra, meta)
+            rows += rows_extra(s, ev, extra, meta)
         per_layer[l] = time.perf_counter() - tl
     cols = ["input", "text", "n_tokens", "layer", "head", "scope", "method", "kind", "bounds", "value", "truth",
             "ratio", "converged", "guaranteed", "sound", "user", "note"]

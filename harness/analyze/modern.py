@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.analyze.core import AnalyzeState, truth_uppers
+from harness.analyze.state import EXTRA, AnalyzeState, rows_extra, truth_uppers
 from harness.bounds import registry
 from harness.kernels.pgd import pgd_maximize
 from harness.models.adapters_modern import AttentionMap
@@ -129,8 +129,6 @@ def na_rows(ev: registry.Evaluation, na: Dict[Tuple[str, str], str], kinds: Dict
 def rows(X: Tensor, amap: AttentionMap, names: Optional[List[str]], meta: Sequence[dict], eps: float,
          pgd_steps: int, pgd_restarts: int, seed: int, methods: Optional[List[str]], state_kw: dict) -> List[dict]:
     """core.analyze's rows for one group of equal-length inputs X (G, n, d) of a layer with map `amap`."""
-    from harness.analyze.core import EXTRA, _rows_extra
-
     s = MapState(X, amap, **state_kw)
     ok, na = split(names, amap.features, amap.causal)
     ev = registry.evaluate(X, amap.w, amap.causal, names=ok, state=s)
@@ -140,7 +138,7 @@ def rows(X: Tensor, amap: AttentionMap, names: Optional[List[str]], meta: Sequen
         out.append(r)
     want = None if methods is None else set(methods)
     ex, na_extra = extra(s, eps, pgd_steps, pgd_restarts, seed, want)
-    out += _rows_extra(s, ev, ex, meta)
+    out += rows_extra(s, ev, ex, meta)
     kinds = {b.name: (b.kind, "local", b.user) for b in registry.bounds()}
     kinds.update({m: (v[1], v[2], False) for m, v in EXTRA.items()})
     out += na_rows(ev, {**na, **na_extra}, kinds, meta)

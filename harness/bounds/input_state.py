@@ -74,8 +74,9 @@ class InputState:
 
     @functools.cached_property
     def zeta(self) -> Tensor:
-        """LoFAST Lemma 1 (no residual, masked P when causal): (...,)."""
-        z, info = lofast.zeta(self.X, self.w, residual=False, causal=self.causal, return_info=True, **self.power)
+        """LoFAST Lemma 1 (no residual, masked P when causal): (...,); its eq. 9 cap reads the cached ||P_l||."""
+        z, info = lofast.zeta(self.X, self.w, residual=False, causal=self.causal, return_info=True,
+                              P_norm=self.P_norm, **self.power)
         self.converged["zeta"] = info.converged
         return z
 

@@ -31,8 +31,7 @@ from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, m_gram, pre
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, project
 from harness.kernels.krylov import kw_steps, lanczos
-from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, default_tol
-from harness.kernels.power import check_args as _check_args, report_nonconvergence as _report
+from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, check_args, default_tol, report_nonconvergence
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -69,7 +68,7 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     method = kw.pop("method", "lanczos")
     if method != "lanczos":
         raise ValueError(f"LoFAST's exact norms use Lanczos (method='lanczos'), got method={method!r}")
-    _check_args(iters, tol, on_nonconvergence)
+    check_args(iters, tol, on_nonconvergence)
     tol = default_tol(X.dtype) if tol is None else tol
     delta = kw.pop("delta", DELTA)
     opts = dict(iters=iters, tol=tol, krylov=_krylov(x0.numel(), X.dtype, kw.pop("krylov", None)),
@@ -100,7 +99,7 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
             upper = torch.where(restarted, r2.upper, upper)
             products += r2.products
     upper = torch.minimum(upper, det_upper.reshape(-1)) if det_upper is not None else upper
-    _report(conv, rel, products, tol, on_nonconvergence, "Lanczos iteration")
+    report_nonconvergence(conv, rel, products, tol, on_nonconvergence, "Lanczos iteration")
     sh = tuple(batch_shape)
     res = PowerResult(value.reshape(sh), conv.reshape(sh), vec, products, rel.reshape(sh), upper.reshape(sh), delta,
                       None if restarted is None else restarted.reshape(sh), steps.reshape(sh))
@@ -142,12 +141,14 @@ def _empty(X: Tensor, batch, event, return_info: bool, which: str):
 # ---- exact metrics ----------------------------------------------------------------------------------------
 def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool = False, tol: Optional[float] = None,
          iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False,
-         on_nonconvergence: str = "warn", **kw):
+         on_nonconvergence: str = "warn", P_norm: Optional[Tensor] = None, **kw):
     """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,).
 
     causal=True (ours, beyond the paper) uses the masked P_l; Lemma 1's argument holds for any fixed P_l.
     Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
     estimate (probability >= 1 - delta over the seeded start, or the deterministic eq. 9 bound if smaller).
+    P_norm: ||P_l(X)|| (..., h) for that eq. 9 bound when the caller has it (bounds.input_state.InputState
+    computes it once per input); computed here when absent or not finite.
     kw: krylov (basis size), delta (default DELTA), certify_eps (run an unrestarted first cycle long enough
     for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every, mixed (float64 inputs: float32
     iterations, then float64 refinement; see _mixed).
@@ -159,7 +160,9 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     B = P.shape[0]
     restart = lambda: _gauss((B, n * d), X, seed + 1)
     x0 = _gauss((B, n * d), X, seed) if v0 is None else v0.reshape(B, n * d).to(X.dtype)
-    det = (1.0 if residual else 0.0) + (spec(P) * w.VO_norm()).sum(-1)  # eq. 9 >= zeta
+    if P_norm is None or not bool(torch.isfinite(P_norm).all()):
+        P_norm = spec(P)
+    det = (1.0 if residual else 0.0) + (P_norm.reshape(B, w.h) * w.VO_norm()).sum(-1)  # eq. 9 >= zeta
     res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, dict(kw), det, restart)
     res.vector = res.vector.reshape(*batch, n, d)
     return _out(res.value, LofastInfo(res.converged, zeta=res), return_info)

@@ -122,9 +122,17 @@ class Adapter:
         else:
             self.model(inputs)
 
-    def capture(self, inputs, layers: Iterable[int], outputs: bool = False) -> Dict[str, Dict[int, Tensor]]:
-        """One forward pass with hooks: {"inputs": {layer: X (B, n, d)}, "outputs": {layer: F(X)}} in the model's
-        dtype, keyed by the requested indices (-1 stays -1). Stops after the deepest requested layer."""
+    def probabilities(self, out) -> Optional[Tensor]:
+        """The attention probabilities P (B, h, n, n) from the attention module's forward output (the second
+        element of its tuple, as Hugging Face's eager attention returns them), or None where it has none."""
+        p = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+        return p if isinstance(p, Tensor) and p.dim() == 4 else None
+
+    def capture(self, inputs, layers: Iterable[int], outputs: bool = False,
+                probs: bool = False) -> Dict[str, Dict[int, Tensor]]:
+        """One forward pass with hooks: {"inputs": {layer: X (B, n, d)}, "outputs": {layer: F(X)}} (outputs=True)
+        and, with probs=True, "probs": {layer: P (B, h, n, n)} (`probabilities`), in the model's dtype, keyed by
+        the requested indices (-1 stays -1). Stops once the deepest requested layer has given what is asked."""
         mods = self.modules()
         L = len(mods)
         req = list(layers)
@@ -137,8 +145,13 @@ class Adapter:
         order: Dict[int, List[int]] = {}  # id(module) -> the layer indices it serves, in call order
         for i, m in enumerate(mods):
             order.setdefault(id(m), []).append(i)
-        got = {"inputs": {}, "outputs": {}}
+        got = {"inputs": {}, "outputs": {}, **({"probs": {}} if probs else {})}
+        needed = [k for k, on in (("inputs", True), ("outputs", outputs), ("probs", probs)) if on]
         pending: List[int] = []
+
+        def maybe_stop(i):
+            if i == last and all(i in got[k] for k in needed):
+                raise _Stop
 
         def pre(mod, args, kwargs):
             k = calls.get(id(mod), 0)
@@ -150,21 +163,27 @@ class Adapter:
             pending.append(i)
             if i in want:
                 got["inputs"][i] = self.hidden(args, kwargs).detach()
-            if i == last and not outputs:
-                raise _Stop
+            maybe_stop(i)
 
-        def post(mod, args, out):  # the output module runs after the pre-hook of its own layer
-            i = pending[-1] if pending else None
-            if i is not None and i in want:
-                got["outputs"][i] = self.output(out).detach()
-            if i == last:
-                raise _Stop
+        def post(key, read):  # forward hooks run after the pre-hook of their own layer application
+            def hook(mod, args, out):
+                i = pending[-1] if pending else None
+                if i is not None and i in want:
+                    value = read(out)
+                    if value is None:  # only `probabilities` can have nothing to give
+                        raise ValueError(f"{self.name} adapter: the attention module of layer {i} does not return "
+                                         "its attention probabilities (B, h, n, n); capture with probs=False")
+                    got[key][i] = value.detach()
+                    maybe_stop(i)
+            return hook
 
         handles = []
         for m in {id(m): m for m in mods}.values():
             handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+            if probs:  # before the output hook: on a module that is its own output module, it must run first
+                handles.append(m.register_forward_hook(post("probs", self.probabilities)))
             if outputs:
-                handles.append(self.output_module(m).register_forward_hook(post))
+                handles.append(self.output_module(m).register_forward_hook(post("outputs", self.output)))
         try:
             with torch.no_grad():
                 self.run(inputs)

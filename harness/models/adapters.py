@@ -74,9 +74,9 @@ class MultiheadAttentionAdapter(Adapter):
             self._causal = True
         return q if self._bf else q.transpose(0, 1)
 
-    def capture(self, inputs, layers, outputs=False):
+    def capture(self, inputs, layers, outputs=False, probs=False):
         self._bf = all(m.batch_first for m in self.modules())
-        return super().capture(inputs, layers, outputs)
+        return super().capture(inputs, layers, outputs, probs)
 
     def output(self, out) -> Tensor:
         o = out[0]

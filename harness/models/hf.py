@@ -1,8 +1,8 @@
 """Hugging Face text models (MiniLM, BERT, GPT-2) as AttentionWeights plus the exact self-attention inputs X.
 
 Loading lives in harness.models.text (model_source, load, capture), which builds on this module; this module
-hooks a loaded model's layers, and its AttentionWeights are those of harness.models.adapters (the one weight
-extraction). Conventions (docs/math.md §0): x -> x W on row vectors, heads contiguous on the projection's output
+reads a loaded model's layers through harness.models.adapters: its AttentionWeights are the adapters' (the one
+weight extraction) and its hooks the adapters' capture (the one set of forward hooks). Conventions (docs/math.md §0): x -> x W on row vectors, heads contiguous on the projection's output
 axis.
 BERT/MiniLM (post-LN): X = hidden state entering the layer; F(X) = attention.output.dense(attention.self(X)),
 i.e. before dropout, residual and LayerNorm. GPT-2 (pre-LN): X = ln_1 output; F(X) = attn(X) = c_proj(...),
@@ -61,14 +61,11 @@ def attention_weights(model, layer: int, dtype=torch.float64) -> AttentionWeight
 
 
 # ---- hooks --------------------------------------------------------------------------------------------------
-class _Stop(Exception):
-    pass
-
-
 def capture(model, input_ids: torch.Tensor, layers: Iterable[int], attention_mask: Optional[torch.Tensor] = None,
             dtype=torch.float64, outputs: bool = False) -> Dict[str, Dict[int, torch.Tensor]]:
-    """Run the model once with forward hooks; per requested layer capture the self-attention input X (B, n, d)
-    and, with outputs=True, its output F(X) (B, n, d) and probabilities P (B, h, n, n).
+    """Run the model once with forward hooks (harness.models.adapters' Adapter.capture); per requested layer
+    capture the self-attention input X (B, n, d) and, with outputs=True, its output F(X) (B, n, d) and
+    probabilities P (B, h, n, n), cast to dtype.
 
     Stops the forward pass after the deepest requested layer (cheap for early layers of big models).
     """
@@ -80,61 +77,11 @@ def capture(model, input_ids: torch.Tensor, layers: Iterable[int], attention_mas
     if not requested:
         raise ValueError("capture needs at least one layer index")
     for l in requested:
-        _layer(model, l)  # validates the range
-    n_l = n_layers(model)
-    layers = sorted({l % n_l for l in requested})
-    fam = _family(model)
-    got: Dict[str, Dict[int, torch.Tensor]] = {"inputs": {}, "outputs": {}, "probs": {}}
-    handles = []
-    last = layers[-1]
-
-    def maybe_stop(l):
-        if l == last and (not outputs or l in got["outputs"]):
-            raise _Stop
-
-    for l in layers:
-        L = _layer(model, l)
-        if fam == "bert":
-            def pre(mod, args, kwargs, l=l):
-                x = args[0] if args else kwargs["hidden_states"]
-                got["inputs"][l] = x.detach().to(dtype)
-                maybe_stop(l)
-
-            handles.append(L.attention.self.register_forward_pre_hook(pre, with_kwargs=True))
-            if outputs:
-                def post_p(mod, args, out, l=l):
-                    got["probs"][l] = out[1].detach().to(dtype)
-
-                def post_o(mod, args, out, l=l):
-                    got["outputs"][l] = out.detach().to(dtype)
-                    maybe_stop(l)
-
-                handles.append(L.attention.self.register_forward_hook(post_p))
-                handles.append(L.attention.output.dense.register_forward_hook(post_o))
-        else:
-            def ln(mod, args, out, l=l):
-                got["inputs"][l] = out.detach().to(dtype)
-                maybe_stop(l)
-
-            handles.append(L.ln_1.register_forward_hook(ln))
-            if outputs:
-                def post(mod, args, out, l=l):
-                    got["outputs"][l] = out[0].detach().to(dtype)
-                    got["probs"][l] = out[1].detach().to(dtype)
-                    maybe_stop(l)
-
-                handles.append(L.attn.register_forward_hook(post))
-    try:
-        with torch.no_grad():
-            kw = {} if attention_mask is None else {"attention_mask": attention_mask}
-            model(input_ids=input_ids, **kw)
-    except _Stop:
-        pass
-    finally:
-        for hd in handles:
-            hd.remove()
-    # key results by the indices as requested (e.g. -1 stays -1)
-    return {k: {l: v[l % n_l] for l in requested if l % n_l in v} for k, v in got.items()}
+        _layer(model, l)  # a BERT-family or GPT-2 model, layer in range
+    call = {"input_ids": input_ids} if attention_mask is None else dict(input_ids=input_ids,
+                                                                        attention_mask=attention_mask)
+    got = adapter_for(model).capture(call, requested, outputs=outputs, probs=outputs)
+    return {k: {l: v.to(dtype) for l, v in got.get(k, {}).items()} for k in ("inputs", "outputs", "probs")}
 
 
 def attention_inputs(model, input_ids: torch.Tensor, layers: Iterable[int],

@@ -1,0 +1,82 @@
+"""What `analyze` (core.py) and its position-term path (modern.py) share: analyze's own methods beside the
+registry's bounds (EXTRA), the input state whose truths carry a certified upper estimate (AnalyzeState), and the
+table rows of those methods with their soundness check (rows_extra). Both import this module; neither imports
+the other's callers, so the package has no import cycle.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+
+from harness.bounds import registry
+from harness.bounds.input_state import InputState
+from harness.kernels.layer import certified_norm
+
+Tensor = torch.Tensor
+EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
+    "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - delta)"),
+    "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
+    "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
+    "prop34": ("head", "lower", "ball", "Castin Prop. 3.4 lower bound on B_R^n (bias-free map)"),
+    "gamma_R2": ("head", "info", "ball", "Castin gamma R^2 (bias-free A)"),
+    "log10_n_star": ("head", "info", "ball", "log10 n* = gamma R^2 / ln 10 (sqrt(n) growth below n*)"),
+}
+
+
+class AnalyzeState(InputState):
+    """bounds.input_state.InputState whose truths start from a Gaussian drawn before looking, so they also carry
+    the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - delta over the start;
+    kernels.layer.certified_norm, docs/math.md §4)."""
+
+    def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
+                 delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
+        self.delta, self.seed, self.certify_steps = float(delta), int(seed), int(certify_steps)
+        super().__init__(X, w, causal, tol, iters,
+                         certify=dict(steps=self.certify_steps, delta=self.delta, seed=self.seed))
+
+    def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
+        """kernels.layer.certified_norm of the operator (matvec, rmatvec) at X with this state's settings:
+        (value, converged, upper), each (...,) over X's batch dims."""
+        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.delta)
+        return r.value, r.converged, r.upper
+
+
+def truth_uppers(s: AnalyzeState) -> dict:
+    """{("truth_upper", scope): (certified upper estimate of the truth, guaranteed)} for the head and layer scopes
+    (computes the truths if they are not yet)."""
+    yes = torch.ones(s.X.shape[0], dtype=torch.bool)
+    out = {}
+    for scope in ("head", "layer"):
+        _ = s.truth_head if scope == "head" else s.truth_layer
+        out[("truth_upper", scope)] = (s.upper[scope], yes)
+    return out
+
+
+def rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Sequence[dict]) -> List[dict]:
+    """Table rows of analyze's own methods `extra` ({(method, scope): (values, guaranteed)}; a name outside EXTRA
+    is a ball-change plug-in), each with its soundness (registry.is_sound) against the truth, PGD or Castin."""
+    rows = []
+    for (name, scope), (val, ok) in extra.items():
+        _, kind, bounds, _ = EXTRA.get(name, ("layer", "upper", "eps-ball", name))  # else a ball-change plug-in
+        truth = ev.truth(scope).detach().cpu()
+        tconv = s.all_converged(["truth_" + scope] + (["zeta", "m"] if name == "lofast_delta" else [])).cpu()
+        user = name not in EXTRA
+        val = val.detach().cpu()
+        ref = None  # what the soundness of this row is checked against
+        if bounds == "local":
+            ref = truth
+        elif bounds == "eps-ball" and kind == "upper" and ("pgd", "layer") in extra:
+            ref = extra[("pgd", "layer")][0].detach().cpu()
+        elif name == "prop34" and ("castin", "head") in ev.values:
+            ref = ev.values[("castin", "head")].detach().cpu()
+        for b in range(val.shape[0]):
+            v_b = val[b].reshape(-1).tolist()
+            t_b = truth[b].reshape(-1).tolist()
+            for j, v in enumerate(v_b):
+                sound = ref is None or registry.is_sound(kind, v, float(ref[b].reshape(-1)[j]), bool(ok[b]))
+                t = t_b[j]
+                rows.append(dict(meta[b], scope=scope, head=j if scope == "head" else -1, method=name, kind=kind,
+                                 bounds=bounds, value=v, truth=t, ratio=v / t if t > 0 else float("nan"),
+                                 converged=bool(tconv[b]), guaranteed=bool(ok[b]), sound=bool(sound), user=user))
+    return rows
