@@ -148,10 +148,30 @@ def text_layers(cell: Dict[str, Any], ctx) -> List[tuple]:
 
     name = cell["model"]
     got = text.layer_inputs(name, TEXT_CORPUS, list(cell["layers"]), int(cell["n"]), int(cell["count"]),
-                            chunk_seed=ctx.seed, pretrained=(name != "gpt2"), seed=0, dtype=ctx.torch_dtype,
+                            chunk_seed=ctx.seed, pretrained=text_pretrained(name), seed=0, dtype=ctx.torch_dtype,
                             device=ctx.torch_device, special_tokens=(name == "minilm"))
-    n_l = text.load(name, name != "gpt2", 0, ctx.torch_device).info["n_layers"]
+    n_l = text.load(name, text_pretrained(name), 0, ctx.torch_device).info["n_layers"]
     return [(l % n_l, got[l].X, got[l].w, got[l].causal) for l in cell["layers"]]
+
+
+def text_pretrained(name: str) -> bool:
+    """Whether text_layers loads `name` pretrained: every text model but GPT-2 (random init by design)."""
+    return name != "gpt2"
+
+
+def data_names(cell: Dict[str, Any]) -> List[str]:
+    """The datasets a model_layers cell reads (Experiment.data_names): Alice for text models, the ViT's images."""
+    return [TEXT_CORPUS] if cell["model"] != "vit" else [cell["dataset"]]
+
+
+def model_source(cell: Dict[str, Any]):
+    """The weights a model_layers cell uses (Experiment.model_source): the text model as text_layers loads it;
+    None for the ViT, trained here (its training budget is in the cell)."""
+    if cell["model"] == "vit":
+        return None
+    from harness.models import text
+
+    return text.model_source(cell["model"], text_pretrained(cell["model"]))
 
 
 def model_layers(cell: Dict[str, Any], ctx, offset: int = 0) -> List[tuple]:

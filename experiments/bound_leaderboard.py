@@ -80,6 +80,12 @@ class BoundLeaderboard(Experiment):
     # the images, on a GPU (~100x a 2-core CPU); the text rows cost what they cost at full scale
     paper_cost = 10
 
+    def data_names(self, cell: Dict[str, Any]) -> List[str]:
+        return C.data_names(cell)  # Alice for the text rows, the ViT's images: their sources join the key
+
+    def model_source(self, cell: Dict[str, Any]):
+        return C.model_source(cell)  # the text model as text_layers loads it (GPT-2 random init); ViT: None
+
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch
 

@@ -31,6 +31,12 @@ class JasminAttentionMaps(Experiment):
     paper = [{"model": ["vit"], "count": [64], "layers": [list(range(12))], **C.VIT_PAPER, "full_map_max_n": [64]}]
     paper_cost = 50  # x the full run's cell time (the model trained by jasmin_sweep): a ViT-B forward pass on a GPU
 
+    def data_names(self, cell: Dict[str, Any]) -> List[str]:
+        return C.data_names(cell)  # Alice for the text rows, the ViT's images: their sources join the key
+
+    def model_source(self, cell: Dict[str, Any]):
+        return C.model_source(cell)  # the text model as text_layers loads it (GPT-2 random init); ViT: None
+
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         from harness.kernels.attention import probs
 

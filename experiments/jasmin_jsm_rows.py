@@ -24,6 +24,12 @@ class JasminJsmRows(Experiment):
     grid, quick, test = G.on_cifar10(C.maps_grids({}))  # CIFAR-10, else Fashion-MNIST (_jasmin_grids.py)
     substitutes = (G.SUBSTITUTE,)
 
+    def data_names(self, cell: Dict[str, Any]) -> List[str]:
+        return C.data_names(cell)  # Alice for the text rows, the ViT's images: their sources join the key
+
+    def model_source(self, cell: Dict[str, Any]):
+        return C.model_source(cell)  # the text model as text_layers loads it (GPT-2 random init); ViT: None
+
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         import torch
 

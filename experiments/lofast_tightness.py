@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List
 
 from experiments import _lofast_grids as G
+from experiments import _lofast_study as S
 from harness.models import lofast_eval
 from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
@@ -30,6 +31,12 @@ class LofastTightness(Experiment):
     test = {"source": ["vit"], "eps": [[0.0, 0.1]], "samples": [1], "pgd_steps": [5], "pgd_restarts": [1],
             **G.VIT_TEST}
     float32_exempt = ("pgd", "pgd_plain")  # PGD lower bounds: random starts drawn in the run's dtype
+
+    def data_names(self, cell) -> List[str]:
+        return S.data_names(cell)  # SST-2 for the MiniLM cells, the ViT's images otherwise: part of the key
+
+    def model_source(self, cell):
+        return S.model_source(cell)
 
     def run(self, cell, ctx) -> List[dict]:
         w, X, model = lofast_eval.study_layer(cell["source"], int(cell["samples"]), cell=cell, seed=ctx.seed,

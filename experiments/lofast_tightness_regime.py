@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List
 
 from experiments import _lofast_grids as G
+from experiments import _lofast_study as S
 from harness.models import lofast_eval
 from harness.registry import Experiment, experiment
 from harness.store.artifacts import cached_artifact
@@ -34,6 +35,12 @@ class LofastTightnessRegime(Experiment):
     test = {"source": ["vit"], "x_scale": [1.0, 0.25], "tokens": [0], "eps": [[0.01, 0.1]], "samples": [1],
             "pgd_steps": [5], "pgd_restarts": [1], **G.VIT_TEST}
     float32_exempt = ("pgd", "pgd_plain")  # PGD lower bounds: random starts drawn in the run's dtype
+
+    def data_names(self, cell) -> List[str]:
+        return S.data_names(cell)  # SST-2 for the MiniLM cells, the ViT's images otherwise: part of the key
+
+    def model_source(self, cell):
+        return S.model_source(cell)
 
     def run(self, cell, ctx) -> List[dict]:
         w, X, model = lofast_eval.study_layer(cell["source"], int(cell["samples"]), cell=cell, seed=ctx.seed,

@@ -216,20 +216,8 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
 
 
 def missing_data_summary(results) -> str:
-    """Which data is missing, for which cells, and the one command that fixes it."""
-    lines = ["MISSING DATA: these cells were skipped (the run fails until the data is there):"]
-    fixes = []
-    for r in results:
-        for e in r.errors:
-            if e.get("status") != "missing_data":
-                continue
-            lines.append(f"  [{r.name}] {e['label']}: {e.get('error')}")
-            fix = e.get("fix")
-            if fix and fix not in fixes:
-                fixes.append(fix)
-    lines.append("fix: " + (" ; ".join(fixes) if fixes else "make data  (fetches the datasets the default run "
-                            "needs, no root), or point ATTNLIP_DATA / ATTNLIP_FASHION_MNIST at them"))
-    return "\n".join(lines)
+    """Which data or weights are missing (each item once), for which cells, and the command that gets each."""
+    return _runner.missing_summary(results)
 
 
 PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")

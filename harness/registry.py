@@ -152,8 +152,9 @@ class Experiment:
     accepts_bounds: bool = False
 
     def model_source(self, cell: Dict[str, Any]) -> Optional[str]:
-        """What weights the cell uses (hub / package / random init), named without loading them: part of its key.
-        Default: the cell's "model" (and "pretrained") as harness.models.text resolves them; None without one."""
+        """What weights the cell uses (hub / package / random init), named without loading them: part of its key;
+        "unavailable:..." makes the planner skip the cell with the command that gets them. Default: the cell's
+        "model" (and "pretrained") as harness.models.text resolves them; None without one."""
         if "model" not in cell:
             return None
         try:
@@ -166,8 +167,9 @@ class Experiment:
             return f"unresolved:{e.__class__.__name__}"
 
     def data_names(self, cell: Dict[str, Any]) -> List[str]:
-        """The datasets the cell reads, by harness.data.sources name (their sources join its key). Default: the
-        cell's "corpus" and "dataset" values."""
+        """The datasets the cell reads, by harness.data.sources name: their sources join its key, and the planner
+        skips the cell, naming each absent one with its fix, before running (harness.run.preflight). Default: the
+        cell's "corpus" and "dataset" values; override it when run() reads data no such key names."""
         return [cell[k] for k in ("corpus", "dataset") if isinstance(cell.get(k), str)]
 
     def check_context(self, dtype: str, device: str) -> None:

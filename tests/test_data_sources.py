@@ -248,3 +248,19 @@ def test_data_source_reaches_the_cell_key(env):
     k0, k1 = cell_key(*args, versions={}), cell_key(*args, versions={}, data_source="mirror:sst2")
     assert k0 != k1 != cell_key(*args, versions={}, data_source="hf:stanfordnlp/sst2@abc")
     assert k0 == cell_key(*args, versions={}, data_source=None)  # cells without data keep their keys
+
+
+def test_missing_error_says_before_loading_whether_require_would_fail(env, monkeypatch):
+    err = resolve.missing_error("alice")  # nothing local, downloads off: the error require raises, with its fix
+    assert isinstance(err, DataNotFound) and err.fix == "attnlip data fetch alice" and "ATTNLIP_OFFLINE" in str(err)
+    with pytest.raises(DataNotFound) as raised:
+        resolve.require("alice")
+    assert str(raised.value) == str(err)
+    online(monkeypatch)
+    assert resolve.missing_error("alice") is None  # a download may still get it: the loader tries
+    monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
+    (env / "nltk" / "corpora" / "gutenberg").mkdir(parents=True)
+    (env / "nltk" / "corpora" / "gutenberg" / "carroll-alice.txt").write_text(ALICE)
+    assert resolve.missing_error("alice") is None
+    monkeypatch.setenv("ATTNLIP_DATA", str(env / "not-a-folder"))
+    assert "not a folder" in str(resolve.missing_error("alice"))  # a broken mirror setting: its own message

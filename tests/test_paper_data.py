@@ -128,4 +128,14 @@ def test_nothing_available_names_the_missing_item_and_its_fix(tmp_path, args, it
     rc, out = _run_with_nothing(tmp_path, *args)
     assert rc != 0 and "Traceback" not in out, out[-3000:]
     assert item in out and f"`{fix}`" in out
+    assert out.count(item) == 1, out  # the message once (MISSING DATA); FAILED names the cell and refers to it
     assert out.count(f"fix: {fix}") == 1  # one fix line per missing item
+
+
+def test_a_cell_missing_two_items_names_both_once(tmp_path):
+    rc, out = _run_with_nothing(tmp_path, "castin_gamma", "--set", "model=bert-base-uncased", "--set",
+                                "pretrained=true", "--set", "corpus=alice")
+    assert rc != 0 and "Traceback" not in out, out[-3000:]
+    for item, fix in (("dataset 'alice' is not available", "attnlip data fetch alice"),
+                      ("pretrained weights for 'bert-base-uncased' are not available", "hf download bert-base-uncased")):
+        assert out.count(item) == 1 and out.count(f"fix: {fix}") == 1, out

@@ -4,6 +4,7 @@
                                  "hf:stanfordnlp/sst2@<revision>", "hf:<repo>" (to download), "missing:<name>";
                                  for cell keys and manifests
     locate(name) -> Resolved     the same, with the folder it points at
+    missing_error(name)          the DataNotFound require would raise (None when a source or a download may have it)
     require(name) -> Resolved    locate, downloading first when nothing local has it and the network is allowed;
                                  else one DataNotFound naming `attnlip data fetch <name>` and the mirror layout
     fetch(name) -> (ok, message) download into the library's own cache (NLTK's data folder, the `datasets` cache)
@@ -132,6 +133,17 @@ def not_found(name: str, why: str) -> DataNotFound:
     return DataNotFound(f"dataset {name!r} is not available: {why}. Download it with `attnlip data fetch {name}` "
                         f"(from {', '.join(d.sources)}) on a machine with network, {mirror}",
                         fix=f"attnlip data fetch {name}")
+
+
+def missing_error(name: str) -> Optional[DataNotFound]:
+    """The DataNotFound that require(name) would raise now when nothing local has the dataset and no download is
+    allowed; None when a local source has it or a download may get it. Loads and downloads nothing."""
+    try:
+        if locate(name).kind != "missing":
+            return None
+    except DataNotFound as e:  # a broken mirror setting: its own message and fix
+        return e
+    return not_found(name, _why_missing(sources.get(name)))
 
 
 def _why_missing(d: sources.Dataset) -> str:

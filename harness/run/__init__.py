@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from ..store import claims as _claims
 from ..store.atomic import clean_stale_tmp
 from ..store.cells import CellCache
+from . import preflight as _preflight
 from .executors import execute
 from .outputs import load_rows, to_table, write_outputs
 from .plan import (EXECUTORS, CellTask, ExpPlan, RunConfig, check_overrides, compute_command, paper_selection, plan,
@@ -23,8 +24,8 @@ from .substitutes import plan_notices
 from .worker import RESERVED, make_spec, run_one
 
 __all__ = ["RunConfig", "run", "plan", "select", "check_overrides", "execute", "write_outputs", "load_rows",
-           "to_table", "format_errors", "ExpResult", "EXECUTORS", "RESERVED", "CellTask", "ExpPlan", "run_one",
-           "typed_overrides", "CLAIM_POLL_S", "compute_command", "paper_selection", "CellSpec", "CellStatus"]
+           "to_table", "format_errors", "missing_summary", "ExpResult", "EXECUTORS", "RESERVED", "CellTask", "ExpPlan",
+           "run_one", "typed_overrides", "CLAIM_POLL_S", "compute_command", "paper_selection", "CellSpec", "CellStatus"]
 
 MEMORY_BUDGET_MB = 8192  # cells above this peak RSS are flagged in the run log
 CLAIM_POLL_S = 0.5
@@ -111,6 +112,7 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
     results: Dict[str, ExpResult] = {}
     plans: Dict[str, ExpPlan] = {}
     todo: List[CellSpec] = []
+    skipped: Dict[str, CellStatus] = {}
     t_start: Dict[str, float] = {}
     for n in names:
         t_start[n] = time.perf_counter()
@@ -124,11 +126,16 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
                      + ("recomputing" if gone else "cache is read-only: recomputing without caching"))
             if t.state == "cached" and not cfg.force:
                 r.cached += 1
+            elif t.missing and not collect_only:  # absent data / weights: skipped, reported once per item
+                skipped[t.key] = CellStatus(experiment=n, key=t.key, label=t.label, status="missing_data",
+                                            error=_preflight.error_text(t.missing), traceback="",
+                                            fix=" ; ".join(m["fix"] for m in t.missing if m["fix"]),
+                                            missing=t.missing)
             elif not collect_only:
                 todo.append(make_spec(p.exp, t, cfg, progress=cfg.progress and cfg.executor == "serial"))
     for line in plan_notices(plans.values(), cfg.scale):  # one line per substitute, before anything runs
         echo(line)
-    statuses: Dict[str, CellStatus] = {}
+    statuses: Dict[str, CellStatus] = dict(skipped)
     written: List[str] = []
 
     def finish(n: str) -> None:
@@ -198,6 +205,10 @@ def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:
     lines: List[str] = []
     for r in results:
         for i, e in enumerate(r.errors):
+            if e.get("status") == "missing_data":  # its message is in missing_summary, once per item
+                lines.append(f"[{r.name}] cell {e['label']}: skipped, missing "
+                             f"{', '.join(m['item'] for m in _preflight.items_of(e))} (see MISSING DATA)")
+                continue
             head = f"[{r.name}] cell {e['label']}: {e.get('error')}"
             if full and i == 0 and e.get("traceback"):
                 lines += [head, e["traceback"].rstrip()]
@@ -207,6 +218,11 @@ def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:
             lines.append(f"[{r.name}] figures: {r.figure_error.rstrip()}")
         lines += absent_lines(r)
     return "\n".join(lines)
+
+
+def missing_summary(results: Sequence[ExpResult]) -> str:
+    """MISSING DATA: each absent dataset or model once, the cells that need it and the command that gets it."""
+    return _preflight.summary(results)
 
 
 def absent_lines(r: ExpResult, show: int = 8) -> List[str]:

@@ -14,6 +14,7 @@ from ..registry import Experiment
 from ..store import keys as _keys
 from ..store.cells import CellCache, CorruptCell
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
+from .preflight import missing as missing_items
 from .substitutes import apply as apply_substitutes
 
 EXECUTORS = ("serial", "process", "submitit")
@@ -127,6 +128,7 @@ class CellTask:
     model_source: Optional[str] = None
     data_source: Optional[str] = None
     used: Optional[str] = None  # data / model used where the experiment declares substitutes (data_used column)
+    missing: List[Dict[str, str]] = field(default_factory=list)  # external items it needs that are absent (preflight)
 
 
 @dataclass
@@ -302,7 +304,7 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     exp = _registry.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
-    tasks, events = [], []
+    tasks, events, memo = [], [], {}
     overrides = typed_overrides(exp, cfg)
     for cell in exp.cells(cfg.scale, overrides):
         cell, used, subs = apply_substitutes(exp, cell, cfg.scale, fixed=overrides)
@@ -312,7 +314,8 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
         key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
                              scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins,
                              data_source=data)
-        t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src, data_source=data, used=used)
+        t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src, data_source=data, used=used,
+                     missing=missing_items(exp, cell, src, memo))
         if store.exists(name, key):
             if verify:
                 try:

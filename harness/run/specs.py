@@ -48,6 +48,7 @@ class CellStatus(_StatusHead, total=False):
     error: str
     traceback: str
     fix: str  # missing_data: the command that fetches what is absent
+    missing: List[Dict[str, str]]  # missing_data found before running: the absent items (harness.run.preflight)
     wall_s: float
     peak_rss_mb: float
     threads: int

