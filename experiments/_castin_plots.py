@@ -1,11 +1,10 @@
 """Presentation of the Castin experiments (imported only inside figures()/summary(), so editing it re-renders
-without recomputing): log-log slope fits, figures and summaries of castin_sqrt_n, castin_sqrt_n_adversarial,
+without recomputing): figures and summaries of castin_sqrt_n, castin_sqrt_n_adversarial,
 castin_gamma and castin_magnitude. The radius and mass-splitting ones are in _castin_plots_radius.py.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict
 
 import numpy as np
 
@@ -16,36 +15,7 @@ from ._castin_plots_llama import is_rope as _is_rope
 from ._castin_plots_llama import llama_note as _llama_note
 from ._castin_plots_llama import llama_vs_gpt2 as _llama_vs_gpt2
 from ._castin_plots_llama import rope_label as _rope
-
-
-# ---- fits ------------------------------------------------------------------------------------------------------
-def loglog_fit(n, y, level: float = 0.95) -> Dict[str, float]:
-    """OLS of log y on log n: slope with a t-based `level` CI, constant C of y ~ C n^slope, and the constant of
-    y ~ C05 sqrt(n) (fixed slope 1/2, geometric mean of y / sqrt(n)). Non-positive / non-finite points dropped."""
-    from scipy import stats
-
-    n, y = np.asarray(n, float), np.asarray(y, float)
-    ok = (n > 0) & (y > 0) & np.isfinite(n) & np.isfinite(y)
-    x, ly = np.log(n[ok]), np.log(y[ok])
-    out = dict(slope=np.nan, slope_lo=np.nan, slope_hi=np.nan, const=np.nan, const_sqrt=np.nan,
-               r2=np.nan, points=int(ok.sum()))
-    if ok.sum() >= 1:
-        out["const_sqrt"] = float(np.exp(np.mean(ly - 0.5 * x)))
-    if ok.sum() < 3 or np.ptp(x) == 0:
-        return out
-    res = stats.linregress(x, ly)
-    t = stats.t.ppf(0.5 + level / 2, ok.sum() - 2)
-    out.update(slope=float(res.slope), slope_lo=float(res.slope - t * res.stderr),
-               slope_hi=float(res.slope + t * res.stderr), const=float(np.exp(res.intercept)),
-               r2=float(res.rvalue ** 2))
-    return out
-
-
-def fmt_fit(f: Dict[str, float]) -> str:
-    """'0.48 [0.45, 0.51]' (slope and CI) for summaries."""
-    if not np.isfinite(f.get("slope", np.nan)):
-        return "n/a"
-    return f"{f['slope']:.2f} [{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]"
+from ._fits import fmt_fit, loglog_fit  # noqa: F401 - the slope fits (experiments/_fits.py), also named here
 
 
 def _ticks(ax):
@@ -88,7 +58,7 @@ def sqrt_n_real_figure(table, outdir):
     """Fig. 1 analogue on real data, log-log: the true constant and the paper's estimator on the panel's own
     y-range (their slopes are the point), Castin's Thm 3.3 bound (2-4 decades higher) in an inset with the true
     median for scale; one panel per (model, layer, mask, corpus[, map])."""
-    from ._figures import facets, models_note
+    from ._figures import facets, setting_note
 
     def draw(ax, k, g):
         med = g.groupby("n").median(numeric_only=True)
@@ -128,7 +98,7 @@ def sqrt_n_real_figure(table, outdir):
                   note="y: spectral norm of the attention map's Jacobian at a text window X of n tokens (Lanczos; "
                   "dimensionless, output norm per input norm), line = median over windows; the paper's estimator on "
                   "the same windows; Thm 3.3 (Castin et al.) in the inset. "
-                  + models_note(table["model"]) + _llama_note(table) + " Paper: pretrained BERT-base / GPT-2. "
+                  + setting_note(table) + _llama_note(table) + " "
                   + (_map_note(table) or MAP_NOTE["layer"] + ".") + " Slopes: least squares in log-log.", ncols=3)
 
 
@@ -215,7 +185,7 @@ def _adversarial_verdict(panels) -> str:
 def sqrt_n_adversarial_figure(table, outdir):
     """Fig. 1 analogue at Prop. 3.4's inputs: the map and the head alone, lower and upper bounds; one image per
     measured map (column `map`, where present) and at most 16 panels each."""
-    from ._figures import facets, models_note
+    from ._figures import facets, setting_note
 
     def draw(ax, k, g):
         best = int(g.loc[g["gamma"].idxmax(), "head"])
@@ -241,8 +211,8 @@ def sqrt_n_adversarial_figure(table, outdir):
                   "Local Lipschitz constant vs n at Prop. 3.4's adversarial inputs (log-log)", split="map",
                   split_title=lambda m: MAP_NOTE.get(m, f"map {m}").split(" (")[0].replace("map: ", ""),
                   note="Inputs: Prop. 3.4's adversarial sequence for each head with a real eigenvalue of A_c; R = "
-                  "factor x mean token radius of the layer's real Alice inputs. " + models_note(table["model"])
-                  + " " + (_map_note(table) or MAP_NOTE["layer"] + "."))
+                  "factor x mean token radius of the layer's real Alice inputs. " + setting_note(table) + " "
+                  + (_map_note(table) or MAP_NOTE["layer"] + "."))
 
 
 MAPS = {"layer": "W^O", "self": "self (authors')"}
@@ -290,7 +260,7 @@ def sqrt_n_adversarial_summary(table) -> str:
 
 # ---- castin_gamma ------------------------------------------------------------------------------------------------
 def gamma_figure(table, outdir):
-    from ._figures import facets, model_name, models_note
+    from ._figures import facets, model_name, setting_note
 
     def draw(ax, k, g):
         for _, gl in g.groupby("layer"):
@@ -305,7 +275,7 @@ def gamma_figure(table, outdir):
         plotting.caption(ax, model_name(k[0], g["pretrained"].iloc[0]))
 
     return facets(table, ["model"], outdir, "castin_gamma", draw, "gamma R^2 of every head (Prop. 3.4's constant)",
-                  ncols=3, note="Paper: pretrained BERT-base, 5 Alice extracts. " + models_note(table["model"])
+                  ncols=3, note="App. C.5: 5 Alice extracts. " + setting_note(table)
                   + " Above the dashed line n* = e^{gamma R^2} > 512: the sqrt(n) regime covers every usual length.")
 
 
@@ -373,7 +343,7 @@ def magnitude_figure(table, outdir):
         _loglog_n(ax, "||Df(X)|| (median)")
     return plotting.finish(fig, outdir, "castin_magnitude", ref(table), "Token magnitude vs n and its share of the "
                            "growth of ||Df||", note="Paper: pretrained GPT-2 (learned positions). "
-                           + models_note(table["model"]) + " MiniLM-L6 also has learned absolute positions.")
+                           + models_note(table["model"], table) + " MiniLM-L6 also has learned absolute positions.")
 
 
 def magnitude_summary(table) -> str:

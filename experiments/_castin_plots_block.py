@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from harness import plotting
 
-from ._castin_plots import _ticks, fmt_fit, loglog_fit
+from ._castin_plots import _ticks
+from ._fits import fmt_fit, loglog_fit
 
 SERIES = [("lipschitz_block", "||J|| of LN(X + attn X) (true)", "lipschitz", "-"),
           ("paper_estimator", "authors' estimator sqrt(||J^T F(X)||)", "paper", "-"),
@@ -34,10 +35,13 @@ def block_figure(table, outdir):
         ax.set_xlabel("sequence length n")
         ax.set_ylabel("local Lipschitz constant")
         _ticks(ax)
+    from ._figures import setting_note
+
     note = ("Map: Hugging Face BertAttention, LN(X + attn(X)) with W^O, biases, residual and LayerNorm (as the "
-            "authors measured). Paper: pretrained BERT-base, ~n^0.25. Here: pretrained MiniLM-L6 (BERT family) and "
-            "BERT-base architecture with random weights (no BERT-base weights offline); there LayerNorm has weight 1 and "
-            "bias 0, so J^T F(X) = 0 and the estimator is rounding noise (~1e-5).")
+            "authors measured); the paper finds ~n^0.25. " + setting_note(table))
+    if not table["pretrained"].astype(bool).all():
+        note += (" With random weights LayerNorm has weight 1 and bias 0, so J^T F(X) = 0 and the estimator is "
+                 "rounding noise (~1e-5).")
     return plotting.finish(fig, outdir, "castin_sqrt_n_block", "Castin et al. 2024, Fig. 1 (real data)",
                            title="True ||J|| vs the authors' estimator on the post-LN block", note=note)
 

@@ -37,7 +37,7 @@ def llama_vs_gpt2(table) -> str:
     corpus (the same token windows): '' without Llama panels."""
     if not is_rope(table):
         return ""
-    from ._castin_plots import fmt_fit, loglog_fit
+    from ._fits import fmt_fit, loglog_fit
 
     out = ["\n\n**Llama (RoPE, GQA) beside GPT-2** (both random init, causal; slope of the true ||Df(X)|| vs n, "
            "95 % CI)\n", "| layer | corpus | n | slope Llama | slope GPT-2 |", "|---|---|---|---|---|"]

@@ -6,7 +6,7 @@ import numpy as np
 
 from harness import plotting
 
-from ._castin_plots import fmt_fit, loglog_fit
+from ._fits import fmt_fit, loglog_fit
 
 _NOTE = ("Panels: random d = 8 weights, and one MiniLM-L6 head (pretrained, stands in for BERT-base); "
          "'last layer (L5)' = MiniLM's sixth layer.")

@@ -1,6 +1,8 @@
 """Shared presentation of every experiment figure (imported only inside figures()/summary()): the paper figure an
-experiment reproduces, readable layer names, and faceted images (one panel per group, split into several
-images of at most plotting.MAX_PANELS panels; each with a title, one outside legend and a footnote)."""
+experiment reproduces, readable layer names, footnotes naming the paper's data and models beside what ran here
+(paper_note, models_note: read from the table, so they hold at every scale, offline or online), and faceted
+images (one panel per group, split into several images of at most plotting.MAX_PANELS panels; each with a title,
+one outside legend and a footnote)."""
 from __future__ import annotations
 
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -9,11 +11,8 @@ from harness import plotting
 
 N_LAYERS = {"minilm": 6, "all-minilm-l6-v2": 6, "bert-base-uncased": 12, "gpt2": 12}
 
-SUBSTITUTES = {
-    "minilm": "pretrained MiniLM-L6 (all-MiniLM-L6-v2, BERT family) stands in for pretrained BERT-base",
-    "bert-base-uncased": "BERT-base with random weights (no BERT-base weights offline)",
-    "gpt2": "GPT-2 with random weights (no GPT-2 weights offline)",
-    "vit": "a small ViT trained here on Fashion-MNIST (CPU budget; no CIFAR / ViT-B offline)",
+MODEL_NOTES = {  # models the papers did not use; BERT-base / GPT-2 / ViT notes come from the table (weights_note)
+    "minilm": "MiniLM-L6 = pretrained all-MiniLM-L6-v2 (BERT family, d = 384)",
     "tiny-bert": "tiny random BERT (test scale)",
 }
 
@@ -33,6 +32,16 @@ def dataset_name(table, default: str = "fashion_mnist") -> str:
 def lipvit_name(table) -> str:
     """'Fashion-MNIST LipViT' (the data the table's Lipschitz ViT was trained on)."""
     return f"{dataset_name(table)} LipViT"
+
+
+def vit_name(table, data: bool = True) -> str:
+    """'a ViT (d = 64, 4 layers) trained here on Fashion-MNIST': the size (and `data`) of the table's ViT rows."""
+    vit = table[table["model"].astype(str).str.startswith("vit")] if "model" in table.columns else table
+    size = [(k, int(vit[k].dropna().iloc[0])) for k in ("vit_d", "vit_depth")
+            if k in vit.columns and vit[k].notna().any()]
+    size = [f"d = {v}" if k == "vit_d" else f"{v} layer{'s' * (v != 1)}" for k, v in size]
+    where = f" on {dataset_name(vit)}" if data else ""
+    return f"a ViT{' (' + ', '.join(size) + ')' if size else ''} trained here{where}"
 
 
 def ref(table, i: int = 0) -> str:
@@ -76,10 +85,106 @@ def pretty(label: str) -> str:
     return re.sub(r"\b([\w.-]+) L(-?\d+)\b", sub, str(label)).replace(") head", "), head")
 
 
-def models_note(models: Sequence[str]) -> str:
-    """'Here: ...' substitutions for the models present."""
-    subs = [SUBSTITUTES[m] for m in dict.fromkeys(str(m).split(" (")[0] for m in models) if m in SUBSTITUTES]
-    return ("Substitutes: " + "; ".join(subs) + ".") if subs else ""
+def _ran(table, column: str) -> List[str]:
+    return [str(v) for v in table[column].dropna().unique()] if column in table.columns else []
+
+
+def _substituted(table, paper) -> bool:
+    """Whether the table's `data_used` column records a stand-in for the paper's item `paper`."""
+    return any(f"(substitute for {paper})" in v for v in _ran(table, "data_used"))
+
+
+def weights_note(table, model: str) -> str:
+    """How the table's rows of `model` got their weights, from its `pretrained` / `weights_source` columns:
+    'pretrained GPT-2', 'random-init GPT-2 (pretrained weights unreachable)' where the declared stand-in ran (column
+    `data_used`), 'random-init GPT-2' where random init was asked for; both kinds joined by ' and '."""
+    rows = table[table["model"].astype(str) == str(model)] if "model" in table.columns else table.iloc[:0]
+    name = MODEL_NAMES.get(str(model), str(model))
+    if "pretrained" in rows.columns:
+        kinds = [bool(v) for v in rows["pretrained"].dropna().unique()]
+    elif "weights_source" in rows.columns:
+        kinds = [not str(v).startswith("random-init") for v in rows["weights_source"].dropna().unique()]
+    else:
+        kinds = []
+    out = [f"pretrained {name}" for k in dict.fromkeys(kinds) if k]
+    if False in kinds or not kinds:
+        why = " (pretrained weights unreachable)" if _substituted(table, model) else ""
+        out.append(f"random-init {name}{why}")
+    return " and ".join(out)
+
+
+def _declared(table) -> tuple:
+    """The substitutes (registry.Substitute) the table's experiment declares; () for an unregistered one."""
+    from harness import registry
+
+    try:
+        return tuple(registry.get_experiment(str(table["experiment"].iloc[0])).substitutes or ())
+    except (KeyError, IndexError, AttributeError):
+        return ()
+
+
+def _random_stand_ins(table, models: Sequence[str]) -> List[str]:
+    """The random-init models of a grid without any of the paper's `models` (the test scale's tiny BERT)."""
+    ran = _ran(table, "model")
+    if not models or any(m in ran for m in models) or "pretrained" not in table.columns:
+        return []
+    pre = table.groupby("model")["pretrained"].first().astype(bool)
+    return [m for m in ran if m in pre.index and not pre[m]]
+
+
+def paper_note(table, lead: str = "") -> str:
+    """'Paper data: CIFAR-10. Here: Fashion-MNIST (CIFAR-10 unreachable).' and 'Paper models: pretrained BERT-base
+    and pretrained GPT-2. Here: pretrained BERT-base and random-init GPT-2 (pretrained weights unreachable).' for
+    the substitutes the table's experiment declares (registry.Substitute), read from what ran: the `dataset`
+    column, the model rows' weights (weights_note) and `data_used`. '' when it declares none, else led by `lead`."""
+    subs = _declared(table)
+    out = []
+    for s in (s for s in subs if s.key != "model"):
+        paper = s.label or DATASETS.get(str(s.paper), str(s.paper))
+        here = dataset_name(table, default=str(s.use)) if s.key == "dataset" else \
+            " / ".join(_ran(table, s.key)) or str(s.use)
+        why = f" ({paper} unreachable)" if _substituted(table, s.paper) else ""
+        out.append(f"Paper data: {paper}. Here: {here}{why}.")
+    models = [str(s.paper) for s in subs if s.key == "model"]
+    if models:
+        ran = _ran(table, "model")
+        here = [weights_note(table, m) for m in models if m in ran]
+        absent = [MODEL_NAMES.get(m, m) for m in models if m not in ran]
+        if here and absent:
+            here.append(f"{' / '.join(absent)} not in this grid")
+        scale = " (test-scale grid)" if "test" in _ran(table, "scale") else ""
+        here = here or [model_name(m, False) for m in _random_stand_ins(table, models)] or ["none of them"]
+        out.append(f"Paper models: {' and '.join(f'pretrained {MODEL_NAMES.get(m, m)}' for m in models)}. "
+                   f"Here{scale}: {' and '.join(here)}.")
+    return lead + " ".join(out) if out else ""
+
+
+def models_note(models: Sequence[str], table=None) -> str:
+    """'Models: ...' for the models present that are not the papers' own: MiniLM, the ViT trained here (its size
+    and data from `table`), tiny test models. BERT-base / GPT-2 with their weights (weights_note), and the random
+    stand-ins of a grid without them, are left to paper_note where the experiment declares them as substitutes."""
+    declared = [str(s.paper) for s in _declared(table) if s.key == "model"] if table is not None else []
+    named = set(declared) | set(_random_stand_ins(table, declared) if declared else ())
+    subs = []
+    for m in dict.fromkeys(str(m).split(" (")[0] for m in models):
+        if m in named:
+            continue
+        if m in MODEL_NOTES:
+            subs.append(MODEL_NOTES[m])
+        elif m == "vit":
+            if table is None:
+                subs.append("ViT = a ViT trained here")
+            else:  # the data is named by paper_note where the experiment declares a dataset substitute
+                subs.append(f"ViT = {vit_name(table, not any(s.key == 'dataset' for s in _declared(table)))}")
+        elif m in ("bert-base-uncased", "gpt2"):
+            subs.append(weights_note(table, m) if table is not None else f"{MODEL_NAMES[m]} with random weights")
+    return ("Models: " + "; ".join(subs) + ".") if subs else ""
+
+
+def setting_note(table, models: Optional[Sequence[str]] = None) -> str:
+    """paper_note and models_note of the table (its `model` column unless `models`), as one footnote part."""
+    models = list(table["model"]) if models is None and "model" in table.columns else models or []
+    return " ".join(n for n in (paper_note(table), models_note(models, table)) if n)
 
 
 def facets(table, keys: Sequence[str], outdir, stem: str, draw: Callable, title: str, note: str = "",

@@ -25,7 +25,7 @@ def leaderboard_figures(table, outdir) -> List:
     from harness import plotting
 
     from . import _leaderboard_heads as heads
-    from ._figures import model_name, models_note, ref
+    from ._figures import model_name, models_note, paper_note, ref, setting_note
 
     labels = _labels(table)
     methods = list(labels)
@@ -39,8 +39,9 @@ def leaderboard_figures(table, outdir) -> List:
     note = ("Each box: log10 of (upper bound / true local Lipschitz constant ||J(X)||, Lanczos) over inputs x heads "
             "(per head) or inputs x layers (per layer; layer bound = sum over heads); box = quartiles, line = median, "
             "whiskers = 1.5 IQR, no outliers drawn; 0 = exact. Only the bounds defined at a scope are listed there "
-            "(LoFAST naive is a layer bound). One x-range for every panel. Paper: Kim/Specformer, Castin and JaSMin "
-            "per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's eps -> 0 limit added. " + models_note(models))
+            "(LoFAST naive is a layer bound). One x-range for every panel. Fig. 6: Kim/Specformer, Castin and JaSMin "
+            "per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's eps -> 0 limit added."
+            + " " + setting_note(table, models))
     if const:
         note += (" Constant attention: heads whose truth is the same for every input and whose Castin value implies "
                  "||W_Q W_K^T|| R^2 / sqrt(d_h) < 1e-2 (softmax uniform, head linear, every bound exact: ratio 1); "
@@ -96,7 +97,8 @@ def leaderboard_figures(table, outdir) -> List:
         paths += plotting.finish(fig, outdir, "bound_leaderboard_vs_n", ref(table), "Bound / true ratio vs sequence "
                                  "length", note="y: median over inputs and heads of a per-head upper bound over "
                                  "the true local Lipschitz constant (Lanczos), dimensionless, 1 = exact; x: tokens "
-                                 "per Alice in Wonderland window. " + models_note(tm))
+                                 "per Alice in Wonderland window. " + models_note(tm, table)
+                                 + paper_note(table, " ViT rows (in bound_leaderboard.png): "))
     return paths
 
 
@@ -213,7 +215,7 @@ def attention_map_figures(table, outdir) -> List:
 
     from harness import plotting
 
-    from ._figures import model_name, models_note, ref
+    from ._figures import model_name, ref, setting_note
 
     paths = []
     for name in sorted(set(table["model"])):
@@ -236,7 +238,7 @@ def attention_map_figures(table, outdir) -> List:
                 ax.set_ylabel("patch row")
                 ax.grid(False)
             fig.colorbar(im, ax=axes, shrink=0.6, label="attention weight")
-            note = "Panel title: exact ||J_sm(P_q)|| / g_1(P_q). " + models_note([name])
+            note = "Panel title: exact ||J_sm(P_q)|| / g_1(P_q). " + setting_note(table, [name])
         else:
             fig, axes = plotting.figure(1, 2, width=10.0, height=max(4.0, 0.075 * L * H + 1.5), squeeze=False,
                                         gridspec_kw=dict(width_ratios=[3, 1.4]))
@@ -251,7 +253,7 @@ def attention_map_figures(table, outdir) -> List:
             b.set_yticks(a.get_yticks(), [])
             b.set_ylabel("same rows")
             b.set_xlabel("softmax Jacobian norm")
-            note = models_note([name]) + " Text: one Alice window per sample."
+            note = "Text: one Alice window per sample. " + setting_note(table, [name])
         paths += plotting.finish(fig, outdir, f"attention_maps_{name}", ref(table), title, note=note)
 
         fm = t[t["map"] == "full"]
@@ -270,7 +272,7 @@ def attention_map_figures(table, outdir) -> List:
             fig.colorbar(im, ax=axes, shrink=0.7, label="attention weight P[i, j]")
             paths += plotting.finish(fig, outdir, f"attention_full_{name}", ref(table),
                                      f"{model_name(name)}: full attention maps of one Alice window (n = {n})",
-                                     note=models_note([name]))
+                                     note=setting_note(table, [name]))
     return paths
 
 
@@ -279,7 +281,7 @@ def jsm_rows_figures(table, outdir) -> List:
     (layer, head) rows, then the curves of at most 16 of them (per layer the loosest and the tightest head)."""
     from harness import plotting
 
-    from ._figures import facets, model_name, models_note, ref
+    from ._figures import facets, model_name, ref, setting_note
 
     paths = []
     for name in sorted(set(table["model"])):
@@ -294,7 +296,8 @@ def jsm_rows_figures(table, outdir) -> List:
             ax.set_xlabel("query token i")
             plotting.caption(ax, t)
         title = f"{model_name(name)}: per query row, exact ||J_sm(P_i)|| and g_1(P_i) (mean over samples)"
-        paths += plotting.finish(fig, outdir, f"jsm_vs_g1_{name}", ref(table), title, note=models_note([name]))
+        note = setting_note(table, [name])
+        paths += plotting.finish(fig, outdir, f"jsm_vs_g1_{name}", ref(table), title, note=note)
 
         mean = q.assign(r=q["g1"] / q["jsm_exact"]).groupby(["layer", "head"])["r"].mean()
         pick = list(mean.index) if len(mean) <= plotting.MAX_PANELS else \
@@ -312,7 +315,7 @@ def jsm_rows_figures(table, outdir) -> List:
 
         few = "" if len(pick) == len(mean) else ", per layer the loosest and the tightest head"
         paths += facets(sel, ["layer", "head"], outdir, f"jsm_vs_g1_{name}_rows", draw, title + few,
-                        note=models_note([name]), panel=(3.0, 2.3))
+                        note=note, panel=(3.0, 2.3))
     return paths
 
 
@@ -320,7 +323,7 @@ def ratio_hist_figure(table, outdir) -> List:
     """JaSMin Fig. 3: histogram of g_1(P_i) / ||J_sm(P_i)|| over every row of every sample."""
     from harness import plotting
 
-    from ._figures import facets, model_name, models_note
+    from ._figures import facets, model_name, setting_note
 
     def draw(ax, k, s):
         ax.bar(s["bin_lo"], s["count"], width=(s["bin_hi"] - s["bin_lo"]), align="edge",
@@ -332,4 +335,4 @@ def ratio_hist_figure(table, outdir) -> List:
         ax.set_title(model_name(k[0]), loc="left")
 
     return facets(table, ["model"], outdir, "ratio_hist", draw, "How loose JaSMin's g_1 is, row by row",
-                  ncols=3, note=models_note(table["model"]))
+                  ncols=3, note=setting_note(table))
