@@ -1,5 +1,6 @@
-"""Shared pytest fixtures: `shared_data` (the data mirror $ATTNLIP_DATA, skip when unset); 1 torch thread;
-headless matplotlib; offline Hugging Face and NLTK (no test downloads)."""
+"""Shared pytest fixtures: `data_mirror` (the data mirror every test reads: $ATTNLIP_DATA, else a tiny synthetic one
+built for the session), `shared_data` (a test that reads the mirror), `real_mirror` (a test that needs the real
+corpora's contents); 1 torch thread; headless matplotlib; offline Hugging Face and NLTK (no test downloads)."""
 from __future__ import annotations
 
 import os
@@ -12,25 +13,54 @@ for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "ATT
     os.environ.setdefault(_k, "1")
 
 REPO = Path(__file__).resolve().parent.parent
+# $ATTNLIP_DATA as the user set it, read before data_mirror may point it at the tiny mirror
+USER_MIRROR = os.environ.get("ATTNLIP_DATA") or None
 
 
 def shared_data_dir() -> Path | None:
-    """The data mirror $ATTNLIP_DATA, or None when it is unset."""
-    env = os.environ.get("ATTNLIP_DATA")
-    return Path(env) if env else None
+    """The data mirror the user set ($ATTNLIP_DATA), or None when it is unset."""
+    return Path(USER_MIRROR) if USER_MIRROR else None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def data_mirror(tmp_path_factory):
+    """The data mirror of the session. $ATTNLIP_DATA when set (CI sets the real one; NLTK_DATA defaults to its
+    nltk_data/). Unset: a tiny synthetic mirror with the same layout (tests/_tiny_mirror.py) is built in a session
+    temp folder and ATTNLIP_DATA / NLTK_DATA point at it for the session, so tests and the experiment runs they
+    start read text corpora and the GPT-2 tokenizer on any machine, offline."""
+    p = shared_data_dir()
+    with pytest.MonkeyPatch.context() as mp:
+        if p is not None:
+            if p.is_dir() and not os.environ.get("NLTK_DATA"):
+                mp.setenv("NLTK_DATA", str(p / "nltk_data"))
+        else:
+            from tests._tiny_mirror import build
+
+            p = build(tmp_path_factory.mktemp("tiny_mirror"))
+            mp.setenv("ATTNLIP_DATA", str(p))
+            mp.setenv("NLTK_DATA", os.pathsep.join(filter(None, (str(p / "nltk_data"), os.environ.get("NLTK_DATA")))))
+        yield p
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """Path to the data mirror ($ATTNLIP_DATA, layout in `attnlip data list`); skips the test (with the reason)
-    when it is unset or absent."""
-    p = shared_data_dir()
-    if p is None or not p.is_dir():
-        pytest.skip("needs the data mirror: set ATTNLIP_DATA to a folder laid out as `attnlip data list` shows"
-                    + (f" ({p} is not a folder)" if p is not None else ""))
-    os.environ.setdefault("ATTNLIP_DATA", str(p))
-    os.environ.setdefault("NLTK_DATA", str(p / "nltk_data"))
-    return p
+def shared_data(data_mirror) -> Path:
+    """The session's data mirror (real or tiny, see data_mirror); skips the test, with the reason, when
+    $ATTNLIP_DATA is set to something that is not a folder."""
+    if not data_mirror.is_dir():
+        pytest.skip(f"ATTNLIP_DATA={data_mirror} is not a folder: unset it (the tests then build a tiny mirror) "
+                    f"or point it at a folder laid out as `attnlip data list` shows")
+    return data_mirror
+
+
+@pytest.fixture(scope="session")
+def real_mirror(shared_data) -> Path:
+    """The user's data mirror with the real corpora, for tests that check numbers only they give (row counts,
+    the GPT-2 vocabulary); skips, with the reason, when the session runs on the tiny mirror."""
+    if USER_MIRROR is None:
+        pytest.skip("needs the real data mirror (the test checks what only the real corpora give): set "
+                    "ATTNLIP_DATA to a folder laid out as `attnlip data list` shows; without it the tests run on a "
+                    "tiny synthetic mirror")
+    return shared_data
 
 
 @pytest.fixture(autouse=True, scope="session")

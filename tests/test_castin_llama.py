@@ -107,4 +107,4 @@ def test_llama_gqa_reads_the_gpt2_panels_windows(shared_data):
     a = M.ids("llama-gqa", "synthetic", 16, 3, chunk_seed=100003 + 16)
     b = text.chunk_ids("gpt2", "synthetic", 16, 3, 100003 + 16)
     assert torch.equal(a, b)
-    assert len(text.tokenizer("gpt2")) == 50257
+    assert 0 <= int(a.min()) and int(a.max()) < len(text.tokenizer("gpt2"))

@@ -1,14 +1,10 @@
 """Data loaders: shapes, dtypes, ranges, chunking, clear errors for missing data."""
+import re
+
 import pytest
 import torch
 
 from harness.data import paths, text
-
-
-def needs_shared(*parts):
-    """Skip unless the data mirror $ATTNLIP_DATA holds <parts> (these tests check the real corpora's sizes)."""
-    if not paths.has_shared_data(*parts):
-        pytest.skip(f"mirror file {'/'.join(parts)} absent (set ATTNLIP_DATA to the data mirror)")
 
 
 class WordTok:
@@ -68,32 +64,51 @@ def test_missing_data_errors_name_path_and_env(monkeypatch, tmp_path):
         paths.cifar10_dir(tmp_path)
 
 
-def test_shared_corpora():
-    needs_shared("sst2", "train.tsv")
-    ag = text.load_corpus("ag_news")
-    assert len(ag) == 7600 and all(isinstance(t, str) and t for t in ag[:50])
-    tr, dev = text.load_corpus("sst2"), text.load_corpus("sst2", "dev")
-    assert len(tr) == 67349 and len(dev) == 872
-    t, y = text.load_labeled("sst2", "dev")
-    assert set(y) == {0, 1} and len(t) == 872
+def _rows(path, header):
+    """Data rows of a mirror file whose first line is `header` (the loaders must read every one)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == header
+    return len([ln for ln in lines[1:] if ln.strip()])
+
+
+def test_mirror_corpora(shared_data):
+    """Every row of the mirror's SST-2 and AG_NEWS files, with its label in the loaders' range."""
+    import csv
+
+    ag, (t, y) = text.load_corpus("ag_news"), text.load_labeled("sst2", "dev")
+    with open(shared_data / "ag_news" / "test.csv", newline="", encoding="utf-8") as f:
+        assert len(ag) == len(list(csv.DictReader(f))) > 0 and all(isinstance(a, str) and a for a in ag)
     assert set(text.load_labeled("ag_news")[1]) == {0, 1, 2, 3}
+    assert len(text.load_corpus("sst2")) == _rows(shared_data / "sst2" / "train.tsv", "label\tsentence")
+    assert len(t) == _rows(shared_data / "sst2" / "dev.tsv", "label\tcontent") and set(y) == {0, 1}
+    assert text.load_corpus("sst2", "dev") == list(t)
 
 
-def test_alice_via_nltk():
-    needs_shared("nltk_data", "corpora", "gutenberg", "carroll-alice.txt")
+def test_real_corpora_sizes(real_mirror):
+    assert len(text.load_corpus("ag_news")) == 7600
+    assert len(text.load_corpus("sst2")) == 67349 and len(text.load_corpus("sst2", "dev")) == 872
+    assert len(" ".join(text.load_corpus("alice")).split()) > 25000
+
+
+def test_alice_via_nltk(shared_data):
+    """Alice through NLTK's reader: one string per paragraph (blank-line blocks), whitespace squashed."""
+    raw = (shared_data / "nltk_data" / "corpora" / "gutenberg" / "carroll-alice.txt").read_text(encoding="latin1")
     alice = text.load_corpus("alice")
-    assert "Alice" in alice[0] and len(" ".join(alice).split()) > 25000
+    assert "Alice" in alice[0] and len(alice) == len([b for b in re.split(r"\n\s*\n", raw) if b.strip()])
+    assert all("\n" not in p and "  " not in p for p in alice)
+    assert " ".join(alice).split() == raw.split()
 
 
-def test_load_sst2_ids():
-    needs_shared("sst2", "dev.tsv")
+def test_load_sst2_ids(shared_data):
     from harness.models.text import bert_tokenizer
 
     with pytest.raises(ValueError, match="needs a tokenizer"):
         text.load_sst2("dev", max_len=16)
+    n = len(text.load_corpus("sst2", "dev"))
     ids, y, mask = text.load_sst2("dev", max_len=16, tokenizer=bert_tokenizer(), return_mask=True)
-    assert ids.shape == (872, 16) and ids.dtype == torch.long and y.shape == (872,)
+    assert ids.shape == (n, 16) and ids.dtype == torch.long and y.shape == (n,)
     assert (ids[:, 0] == 101).all() and (mask.sum(1) >= 3).all()
+    assert y.tolist() == text.load_labeled("sst2", "dev")[1]
 
 
 # ---- images -----------------------------------------------------------------------------------------------
