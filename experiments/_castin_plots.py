@@ -34,6 +34,15 @@ def _label(model, layer, masked=None, extra="", pretrained=True):
         (f", {extra}" if extra else "")
 
 
+def _tol(dtype: str) -> float:
+    """The truth's Lanczos tolerance in `dtype` (harness.tolerances.truth_tol)."""
+    import torch
+
+    from harness.tolerances import truth_tol
+
+    return truth_tol(getattr(torch, dtype))
+
+
 def _pre(g) -> str:
     return "" if g["pretrained"].iloc[0] else " (random)"
 
@@ -102,11 +111,26 @@ def sqrt_n_real_figure(table, outdir):
                   + (_map_note(table) or MAP_NOTE["layer"] + ".") + " Slopes: least squares in log-log.", ncols=3)
 
 
-DIFFERS_MODELS = """- *Models*: no BERT-base / GPT-2 weights offline. The pretrained model is MiniLM-L6 (all-MiniLM-L6-v2, BERT
-  family, d = 384, 12 heads); BERT-base and GPT-2 are their architectures with random weights (HF init, std
-  0.02); on real text their attention is close to uniform, so their real-data constant is nearly flat in n.
-- *Map*: we measure the self-attention layer (with its biases, output projection included) without residual or
-  LayerNorm; the paper's BERT runs included them."""
+def _paper_models(table) -> str:
+    """'pretrained BERT-base and random-init GPT-2 (pretrained weights unreachable)': how the paper's models ran in
+    this table (experiments._figures.weights_note), '' when the table has neither."""
+    from ._figures import weights_note
+
+    have = set(map(str, table["model"])) if "model" in table.columns else set()
+    return " and ".join(weights_note(table, m) for m in ("bert-base-uncased", "gpt2") if m in have)
+
+
+def differs_models(table) -> str:
+    """The 'Models' / 'Map' bullets of "what differs from the paper", from what ran (the table)."""
+    ran = _paper_models(table)
+    random = "random-init" in ran
+    return (f"- *Models*: the paper measures pretrained BERT-base and GPT-2 (and random GPT-2); here: "
+            f"{ran or 'neither'}"
+            + ("; the random ones are their architectures with HF init (std 0.02): on real text their attention "
+               "is close to uniform, so their real-data constant is nearly flat in n" if random else "")
+            + ". MiniLM-L6 (all-MiniLM-L6-v2, BERT family, d = 384, 12 heads, pretrained) is measured beside them."
+            + "\n- *Map*: we measure the self-attention layer (with its biases, output projection included) without "
+              "residual or LayerNorm; the paper's BERT runs included them.")
 
 
 def sqrt_n_real_summary(table) -> str:
@@ -130,13 +154,13 @@ def sqrt_n_real_summary(table) -> str:
                    f"{ratio} | {g['radius_mean'].mean():.1f} |")
     out.append("\n" + _real_verdict(slopes) + _llama_vs_gpt2(table))
     out.append(f"\nConverged: {100 * table['converged'].mean():.1f} % of {len(table)} estimates (Lanczos, relative "
-               f"Ritz residual on sigma^2 < 1e-4 in float32, 1e-6 in float64); "
+               f"Ritz residual on sigma^2 < {_tol('float32'):g} in float32, {_tol('float64'):g} in float64); "
                f"median {table['iters'].median():.0f} J^T J products per batch of sequences; "
                f"{table['cpu_s'].sum():.0f} CPU s in the estimator.\n")
     llama = "\n" + DIFFERS_LLAMA if _is_rope(table) else ""
     out.append(f"""
 **What differs from the paper and why.**
-{DIFFERS_MODELS}{llama}
+{differs_models(table)}{llama}
 - *Estimator*: the paper's code takes `jvp(...)[0]` = F(X), so it reports sqrt(||J^T F(X)||), which grows with
   ||F(X)||_F ~ sqrt(n) even where ||J|| does not: its slope (column "paper estimator") is the number to hold
   against the published ~0.25; our column is the true ||Df(X)||.
@@ -247,7 +271,7 @@ def sqrt_n_adversarial_summary(table) -> str:
     out.append("\n" + _adversarial_verdict(unmasked))
     out.append(f"""
 **What differs from the paper and why.**
-{DIFFERS_MODELS}
+{differs_models(table)}
 - *Adversarial R*: factor x the mean token radius of the layer's real inputs, not the paper's 15.5 / 21.5 / 100.
 - *Map* column: "W^O" = the self-attention layer with its output projection and biases (ours); "self" = Hugging
   Face's `attention.self` (heads concatenated, no W^O), the map the authors' adversarial code measured.
@@ -304,12 +328,12 @@ def gamma_summary(table) -> str:
                    f"{100 * frac:.0f} % of its heads (median gamma R^2 {pre['gamma_R2'].median():.3g} with the mean "
                    f"radius, {pre['gamma_R2_rms'].median() if 'gamma_R2_rms' in pre else float('nan'):.3g} with the "
                    "authors' RMS radius).")
-    out.append("""
+    out.append(f"""
 **Versus the paper.** The paper (pretrained BERT-base, App. C.5) finds gamma R^2 large enough that
-e^{gamma R^2} exceeds any practical n, so Prop. 3.4's sqrt(n) growth is reachable at realistic lengths; the
-table gives the same check for the models available offline (MiniLM-L6 pretrained instead of BERT-base;
-BERT-base / GPT-2 architectures with random std-0.02 weights, whose LayerNorm outputs have radius ~ sqrt(d)
-~ 27.7 as the paper reports for random GPT-2, so gamma R^2 is not small there either). gamma uses the bias-free
+e^{{gamma R^2}} exceeds any practical n, so Prop. 3.4's sqrt(n) growth is reachable at realistic lengths; the
+table gives the same check for {_paper_models(table) or 'the models of this grid'} and pretrained MiniLM-L6
+(random-init architectures use std-0.02 weights; their LayerNorm outputs have radius ~ sqrt(d) ~ 27.7 as the
+paper reports for random GPT-2, so gamma R^2 is not small there either). gamma uses the bias-free
 A_c as Prop. 3.4 states; the 'biases folded in' column uses the augmented weights of JaSMin Remark 2 with
 radius sqrt(R^2 + 1). gamma is computed from the dh x dh factor wq^T wk / sqrt(dh) (same nonzero spectrum as
 A_c, plus 0; harness.bounds.castin.prop34_choice), in float64, checked against the dense d x d eigenproblem in
@@ -355,11 +379,14 @@ def magnitude_summary(table) -> str:
         f1, f2 = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["lipschitz_rescaled"])
         out.append(f"| {k[0]}{_pre(g)} | {k[1]} | {med.iloc[0]:.2f} -> {med.iloc[-1]:.2f} | {fmt_fit(fr)} | "
                    f"{fmt_fit(f1)} | {fmt_fit(f2)} | {f1['slope'] - f2['slope']:+.3f} |")
-    out.append("""
+    gpt2 = _paper_models(table[table["model"].astype(str) == "gpt2"]) if "model" in table.columns else ""
+    here = (f"Here GPT-2 ran as {gpt2}" if gpt2 else "This grid has no GPT-2")
+    random = ("; random weights' position embeddings carry no learned structure (their magnitudes are fixed by "
+              "ln_1, ~ sqrt(d))" if "random-init" in gpt2 else "")
+    out.append(f"""
 **Versus the paper.** App. E.2 attributes pretrained GPT-2's faster-than-n^0.25 growth to token magnitudes
-that depend on n through learned position embeddings. Pretrained GPT-2 weights are not available offline:
-MiniLM-L6 (learned absolute positions, post-LN) is the pretrained model here, and GPT-2 runs with random
-weights, whose position embeddings carry no learned structure (its magnitudes are fixed by ln_1, ~ sqrt(d)).
-The last column is the slope change explained by the magnitude drift alone.
+that depend on n through learned position embeddings. {here}{random}; MiniLM-L6 (learned absolute positions,
+post-LN) is measured beside it as a pretrained model. The last column is the slope change explained by the
+magnitude drift alone.
 """)
     return "\n".join(out)
