@@ -52,10 +52,16 @@ def test_random_init_by_choice_is_not_called_unreachable():
 
 
 def test_a_declared_model_absent_from_the_grid_and_test_scale():
-    t = pd.DataFrame({"model": ["bert-base-uncased"], "pretrained": [False], "experiment": "castin_sqrt_n_block",
-                      "data_used": ["random-init bert-base-uncased (substitute for bert-base-uncased)"]})
-    assert F.paper_note(t).endswith("Here: random-init BERT-base (pretrained weights unreachable) and GPT-2 not in "
-                                    "this grid.")
+    # castin_gamma declares BERT-base and GPT-2; its quick grid runs GPT-2 only
+    t = pd.DataFrame({"model": ["gpt2"], "pretrained": [False], "experiment": "castin_gamma",
+                      "data_used": ["random-init gpt2 (substitute for gpt2)"]})
+    assert F.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: random-init GPT-2 "
+                               "(pretrained weights unreachable) and BERT-base not in this grid.")
+    # castin_sqrt_n_block declares BERT-base only: no note about GPT-2
+    t = t.assign(model="bert-base-uncased", experiment="castin_sqrt_n_block",
+                 data_used="random-init bert-base-uncased (substitute for bert-base-uncased)")
+    assert F.paper_note(t) == ("Paper models: pretrained BERT-base. Here: random-init BERT-base (pretrained weights "
+                               "unreachable).")
     t = pd.DataFrame({"model": ["tiny-bert"], "pretrained": [False], "experiment": "castin_gamma", "scale": "test"})
     assert F.paper_note(t).endswith("Here (test-scale grid): tiny BERT (random weights).")
     assert F.models_note(t["model"], t) == ""  # the tiny BERT is named once, as the stand-in
