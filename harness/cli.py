@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _executor(args) -> str:
     """--executor, else what the other flags ask for: submitit for --cluster / --executor-param, the local process
-    pool for -j > 1 or --fresh-workers, serial otherwise (`run_all.py -j 2` used to run serially, ignoring -j)."""
+    pool for -j > 1 or --fresh-workers (so `run_all.py -j 2` runs two cells at once), serial otherwise."""
     if args.executor is not None:
         return args.executor
     if args.cluster or args.executor_param:
