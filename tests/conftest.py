@@ -82,3 +82,18 @@ def experiment_cache(tmp_path_factory):
     """One cell/artifact cache for every test that runs registered experiments (smoke and contract tests share
     cells, so the float64 test-scale run is computed once, and trained models are built once)."""
     return tmp_path_factory.mktemp("experiment_cache")
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """Nothing reachable: hub downloads off, an empty `datasets` cache, no mirror; the substitutes' resolver forgets
+    earlier answers before and after. Yields tmp_path."""
+    from harness.run import substitutes
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds_cache"))
+    for v in ("ATTNLIP_DATA", "ATTNLIP_CIFAR10"):
+        monkeypatch.delenv(v, raising=False)
+    substitutes.clear_cache()
+    yield tmp_path
+    substitutes.clear_cache()

@@ -14,7 +14,6 @@ import pytest
 from experiments import _jasmin_common as JC
 from harness import registry
 from harness import run as runner
-from harness.run import substitutes
 from harness.store.codehash import experiment_code
 from tests.test_paper_scale import _fake_cifar10
 
@@ -24,18 +23,6 @@ JASMIN_VIT = ("jasmin_sweep", "jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin
               "jasmin_g1_ratio", "jasmin_jsm_rows", "bound_leaderboard")
 CASTIN = ("castin_gamma", "castin_sqrt_n_block", "castin_sqrt_n_adversarial")
 BUDGET = {"full": JC.VIT_FULL, "quick": JC.VIT_QUICK}
-
-
-@pytest.fixture
-def offline(monkeypatch, tmp_path):
-    """Hub downloads off, an empty `datasets` cache, no mirror; the resolver forgets earlier answers."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds_cache"))
-    for v in ("ATTNLIP_DATA", "ATTNLIP_CIFAR10"):
-        monkeypatch.delenv(v, raising=False)
-    substitutes.clear_cache()
-    yield tmp_path
-    substitutes.clear_cache()
 
 
 def _vit_cells(name, scale, results):

@@ -20,18 +20,6 @@ PAPER_EXPS = {"lofast_certified", "lofast_text", "castin_sqrt_n", "castin_sqrt_n
               "jasmin_attention_maps", "bound_leaderboard"}
 
 
-@pytest.fixture
-def offline(monkeypatch, tmp_path):
-    """Nothing reachable: hub downloads off, empty caches, no mirror; the resolver forgets earlier answers."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds_cache"))
-    for v in ("ATTNLIP_DATA", "ATTNLIP_CIFAR10"):
-        monkeypatch.delenv(v, raising=False)
-    substitutes.clear_cache()
-    yield tmp_path
-    substitutes.clear_cache()
-
-
 def _fake_cifar10(root, n=48):
     """The mirror layout of CIFAR-10 (cifar-10-batches-py/, python pickle batches of plain data and arrays)."""
     d = root / "cifar-10-batches-py"
