@@ -158,3 +158,15 @@ def test_the_corpus_source_is_in_the_key(nothing, monkeypatch):
     assert all(before[t.label] == t.key for t in after if t.cell["model"] == "vit")
 
 
+
+
+def test_dry_run_names_each_missing_item_once(nothing):
+    lines: list = []
+    cli.cmd_dry_run(["_preflight_needs"], _cfg(nothing), out=lines.append)
+    skips = [line for line in lines if line.startswith("would skip: ")]
+    assert len(skips) == 2, lines  # alice (2 cells) and the BERT-base weights (1 cell), each once
+    alice = next(line for line in skips if "alice" in line)
+    assert "-- 2 cell(s)" in alice and alice.endswith("get it with: attnlip data fetch alice")
+    assert any(line.endswith("get it with: hf download bert-base-uncased") and "-- 1 cell(s)" in line
+               for line in skips)
+    assert CALLS == []  # planning computes nothing
