@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Optional, Sequence
 
 from . import config as _config
 from . import grid as _grid
@@ -15,6 +15,7 @@ from . import lockfile as _lockfile
 from . import registry as _registry
 from . import run as _runner
 from .run import costs as _costs
+from .run import preflight as _preflight
 from .run import substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
@@ -186,22 +187,8 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
         out(_total_line(all_walls, unknown, todo, workers))
     for line in _substitutes.plan_notices(plans, cfg.scale):
         out(line)
-    for line in _missing_lines(plans):
+    for line in _preflight.plan_lines(plans):
         out(line)
-
-
-def _missing_lines(plans) -> List[str]:
-    """'would skip: <item> (<message>) for N cell(s); get it with: <fix>', once per absent dataset or model among
-    the cells still to compute (the planner's preflight: harness.run.preflight)."""
-    seen: Dict[str, List[Any]] = {}
-    for p in plans:
-        for t in p.tasks:
-            if t.state == "cached":
-                continue
-            for m in t.missing:
-                seen.setdefault(m["item"], [m, 0])[1] += 1
-    return [f"would skip: {m['message']} -- {k} cell(s); get it with: {m['fix'] or 'see the message'}"
-            for m, k in seen.values()]
 
 
 def _anything_cached(names: Sequence[str], cfg) -> bool:

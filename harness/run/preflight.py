@@ -89,24 +89,34 @@ def items_of(status: Dict[str, Any]) -> List[Missing]:
                        status.get("fix") or "")]
 
 
+def _grouped(pairs) -> List[Dict[str, Any]]:
+    """[{"m": item, "cells": [labels]}] from (item, cell label) pairs, one group per item (keyed by its fix, else its
+    message), in first-seen order."""
+    groups: Dict[str, Dict[str, Any]] = {}
+    for m, label in pairs:
+        groups.setdefault(m.get("fix") or m["message"], {"m": m, "cells": []})["cells"].append(label)
+    return list(groups.values())
+
+
 def summary(results: Sequence[Any], show: int = 4) -> str:
     """MISSING DATA: each missing item once (its message, the cells that need it, its fix), over the ExpResults
     of a run."""
-    groups: Dict[str, Dict[str, Any]] = {}
-    n_cells = 0
-    for r in results:
-        for e in r.errors:
-            if e.get("status") != "missing_data":
-                continue
-            n_cells += 1
-            for m in items_of(e):
-                g = groups.setdefault(m.get("fix") or m["message"], {"m": m, "cells": []})
-                g["cells"].append(f"{r.name} [{e['label']}]")
-    lines = [f"MISSING DATA: {n_cells} cell(s) skipped; the run fails until these are there "
+    skipped = [(r, e) for r in results for e in r.errors if e.get("status") == "missing_data"]
+    groups = _grouped((m, f"{r.name} [{e['label']}]") for r, e in skipped for m in items_of(e))
+    lines = [f"MISSING DATA: {len(skipped)} cell(s) skipped; the run fails until these are there "
              f"({len(groups)} item(s)):"]
-    for g in groups.values():
+    for g in groups:
         cells = g["cells"]
         more = f"; ... ({len(cells) - show} more)" if len(cells) > show else ""
         lines += [f"- {g['m']['message']}", f"  needed by {len(cells)} cell(s): {'; '.join(cells[:show])}{more}",
                   f"  fix: {g['m']['fix'] or DEFAULT_FIX}"]
     return "\n".join(lines)
+
+
+def plan_lines(plans: Sequence[Any]) -> List[str]:
+    """'would skip: <message> -- N cell(s); get it with: <fix>', once per item the planned cells still to compute
+    lack (harness.run.plan.ExpPlan: `.exp.name`, `.tasks` with `.state`, `.label`, `.missing`)."""
+    groups = _grouped((m, f"{p.exp.name} [{t.label}]") for p in plans for t in p.tasks if t.state != "cached"
+                      for m in t.missing)
+    return [f"would skip: {g['m']['message']} -- {len(g['cells'])} cell(s); get it with: "
+            f"{g['m']['fix'] or DEFAULT_FIX}" for g in groups]
