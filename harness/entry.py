@@ -21,9 +21,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    from harness import config
+    from harness import config, process
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
+    process.retain_freed_memory()  # freed tensors' pages kept for reuse (no page fault per reuse)
     if cmd == "analyze":
         import torch
 
