@@ -8,12 +8,14 @@ fits, float64, all measured in one run, with the relative difference to the refe
 `--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
 for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
 float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part bert`: the same for a random-init
-BERT-base (12 layers x 12 heads, d = 768) on one 512-token input, float64 then float32, with peak RSS. `--part peak`: the machine's float64 / float32
-GEMM rate and what it implies for the Lemma 1 (zeta) operator at ViT-B size (see docs/notes/kernels.md).
+BERT-base (12 layers x 12 heads, d = 768) on one 512-token input, float64 then float32, with peak RSS.
+`--part peak`: the machine's float64 / float32 GEMM rate and what it implies for the Lemma 1 (zeta) operator at
+ViT-B size (see docs/notes/kernels.md).
 `--part floor` (where the zeta targets are not met): ours vs our operator's products alone vs ARPACK (with its numpy
 operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes`).
 `--busy` (kernels / analyze): the same part idle, then beside another 2-thread torch job (benchmarks.threads'
-background job), and for analyze the busy / idle ratio. `--part lofast`: the older LoFAST table (matrix-free vs dense vs svds with peak memory, jacobian_norm batching).
+background job), and for analyze the busy / idle ratio. `--part lofast`: the older LoFAST table (matrix-free vs
+dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
 SVDs and the Jacobian runs are measured once, without warm-up). `--threads N` sets torch's threads and numpy's BLAS
