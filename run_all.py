@@ -2,10 +2,9 @@
 """Run every registered AttnLip experiment (cached per cell) and regenerate results/; see --help."""
 import sys
 
-from harness import config, process
+from harness import config
 
 config.prefer_passive_wait()  # before torch loads libgomp (harness.config.init_threads)
-process.retain_freed_memory()  # freed tensors' pages kept for reuse; spawned workers inherit it
 
 from harness.cli import main  # noqa: E402
 

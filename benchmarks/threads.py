@@ -102,7 +102,9 @@ def background_job(hog_file: Optional[Path] = None):
         h0 = hog_count(hog_file)
         time.sleep(3)
         h1 = hog_count(hog_file)
-        yield (h1[0] - h0[0]) / (h1[1] - h0[1]) if h0 and h1 and h1[1] > h0[1] else float("nan")
+        if hog.poll() is not None or not (h0 and h1 and h1[1] > h0[1]):
+            raise RuntimeError(f"the background job is not running (exit status {hog.poll()}): no busy measurement")
+        yield (h1[0] - h0[0]) / (h1[1] - h0[1])
     finally:
         hog.terminate()
         hog.wait()

@@ -21,12 +21,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    from harness import config, process
+    from harness import config
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
-    process.retain_freed_memory()  # freed tensors' pages kept for reuse (no page fault per reuse)
     if cmd == "analyze":
         import torch
+
+        from harness import process
+
+        process.retain_freed_memory()  # freed tensors' pages kept for reuse (no page fault per reuse)
 
         before = torch.get_num_threads()
         config.init_threads()  # the count for this analysis; the caller's is given back (in-process callers)

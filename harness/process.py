@@ -1,18 +1,20 @@
-"""Process-wide memory setting of the entry points (`run_all.py`, `attnlip`, the benchmarks).
+"""Process-wide memory setting of `attnlip analyze` and the benchmark reports.
 
 glibc's malloc serves every block above its mmap threshold (128 KiB at start; it rises with freed blocks, up to
-32 MiB) with a fresh mapping that `free` unmaps, and trims the heap top beyond its trim threshold. A kernel that
-allocates and frees tensors of a few MB at every step (a Lanczos vector of BERT-base at n = 512 is 3 MB, its
-n x n x heads scores 25 MB) then takes a page fault per 4 KiB page each time it reuses that memory: 2.1-2.5 million
-faults for one BERT-base layer at n = 512 (`attnlip analyze --layers 0`), 3-5 s of system time.
-`retain_freed_memory` keeps freed blocks of up to 32 MiB (the largest threshold glibc accepts) in the process for
-reuse and stops trimming: 0.3 million faults, the same analysis 20.1 -> 18.0 s of wall on 2 threads (docs/notes/
-harness.md, "Memory"). Allocations are unchanged, so values and peak memory are too; the resident size no longer
-shrinks after a peak until the process ends.
+32 MiB) with a fresh mapping that `free` unmaps, and trims the heap top beyond its trim threshold (128 KiB, twice
+the mmap threshold once that has risen). A kernel that allocates and frees tensors of a few MB at every step (a
+Lanczos vector of BERT-base at n = 512 is 3 MB, its n x n x heads scores 25 MB) then takes a page fault per 4 KiB
+page each time it reuses that memory: 2.1-2.5 million faults and 4-5 s of system time for one BERT-base layer at
+n = 512. `retain_freed_memory` keeps freed blocks of up to 32 MiB (the largest threshold glibc accepts) in the
+process for reuse and stops trimming: 0.3 million faults, that layer 20.1 -> 18.0 s of wall on 2 threads, all 12
+layers 200.6 -> 163.8 s (docs/notes/harness.md, "Memory"). Values are unchanged (allocation does not change
+arithmetic). The cost is memory: the resident size keeps its high-water mark until the process ends, and the peak
+can rise (BERT-base: 1.64 -> 1.87 GB), since freed blocks are reused rather than returned.
 
-It sets both the allocator of this process (`mallopt`) and the environment variables with the same meaning, so
-pool workers (spawned) and Slurm jobs start with it. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_
-wins; other C libraries (musl, macOS) are left alone."""
+The experiment runner does not use it: its per-cell peak RSS (cell metadata, the memory-budget warning) would then
+carry an earlier cell's high-water mark into the next cell of the same worker. Python callers may call it
+themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
+libraries (musl, macOS) are left alone."""
 from __future__ import annotations
 
 import ctypes
@@ -23,22 +25,32 @@ M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 2 ** 20  # glibc's maximum (HEAP_MAX_SIZE / 2 on 64-bit)
 TRIM_THRESHOLD = 2 ** 31 - 1  # mallopt takes an int: never trim below 2 GiB of free heap top
-ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+def _mallopt():
+    """glibc's mallopt, or None under another C library."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018  (glibc only)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
+
+
+def user_allocator_settings() -> bool:
+    """True when the environment already tunes glibc's malloc (its variables or glibc.malloc tunables)."""
+    return any(k in os.environ for k in USER_SETTINGS) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
 
 
 def retain_freed_memory() -> bool:
-    """Keep freed blocks up to 32 MiB mapped for reuse (see module docstring). True when in effect for this process
-    and its children; False where the user set either variable or the C library is not glibc."""
-    if any(k in os.environ for k in ENV) or not sys.platform.startswith("linux"):
+    """Keep freed blocks up to 32 MiB mapped for reuse in this process (see module docstring). True when this call
+    set both thresholds; False where the user tunes malloc, the C library is not glibc, or glibc refused."""
+    mallopt = None if user_allocator_settings() else _mallopt()
+    if mallopt is None:
         return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt, gnu = libc.mallopt, libc.gnu_get_libc_version  # glibc only
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    del gnu
-    if mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) != 1 or mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) != 1:
-        return False
-    os.environ.update(ENV)
-    return True
+    return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
