@@ -24,21 +24,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from harness import config
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
-    if cmd == "analyze":
-        import torch
-
-        from harness import process
-
-        process.retain_freed_memory()  # freed tensors' pages kept for reuse (no page fault per reuse)
-
-        before = torch.get_num_threads()
-        config.init_threads()  # the count for this analysis; the caller's is given back (in-process callers)
+    if cmd == "analyze":  # its threads and memory settings: harness.analyze.cli.threads
         from harness.analyze.cli import main as analyze_main
 
-        try:
-            return analyze_main(rest)
-        finally:
-            torch.set_num_threads(before)
+        return analyze_main(rest)
     if cmd == "run":
         from harness.cli import main as run_main
 

@@ -76,3 +76,44 @@ def test_bad_thread_counts_are_named(restore_threads, bad):
     restore_threads.setenv("ATTNLIP_THREADS", bad)
     with pytest.raises(ValueError, match=r"threads must be"):
         config.init_threads()
+
+
+def _analyze_threads(monkeypatch, capsys, argv):
+    """Run `attnlip analyze ARGV` up to its option checks, recording torch's thread count there (the check then
+    stops it with a usage error, so no model loads). Returns (count during the analysis, stderr)."""
+    from harness import entry
+    from harness.analyze import validate
+
+    seen = []
+
+    def stop(a):
+        seen.append(torch.get_num_threads())
+        raise validate.UsageError("--test", "stopped here", "nothing")
+
+    monkeypatch.setattr(validate, "check_options", stop)
+    assert entry.main(["analyze", "--model", "minilm", "--text", "x", *argv]) == 2
+    return (seen[0] if seen else None), capsys.readouterr().err
+
+
+def test_analyze_threads_option_and_note(monkeypatch, capsys):
+    for k in ("ATTNLIP_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(config, "available_cores", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.4, 1.0, 1.0))  # one core looks taken
+    before = torch.get_num_threads()
+    count, err = _analyze_threads(monkeypatch, capsys, [])
+    assert count == 1 and "note: 1 of 2 cores (1-minute load average 1.40); --threads 2 uses all of them" in err
+    count, err = _analyze_threads(monkeypatch, capsys, ["--threads", "2"])
+    assert count == 2 and "note:" not in err  # the user's count: no note
+    assert torch.get_num_threads() == before  # the caller's count is given back
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    count, err = _analyze_threads(monkeypatch, capsys, [])
+    assert count == 2 and "note:" not in err
+
+
+def test_analyze_threads_must_be_positive(monkeypatch, capsys):
+    from harness import entry
+
+    assert entry.main(["analyze", "--model", "minilm", "--text", "x", "--threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--threads: 0 is not a thread count. Fix: give a whole number >= 1" in err and "Traceback" not in err

@@ -51,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default=None, help="comma-separated registry bounds to evaluate (default all)")
     p.add_argument("--pgd-steps", type=int, default=20, help="PGD steps >= 0 (0: skip PGD)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads >= 1 (default: $ATTNLIP_THREADS, $OMP_NUM_THREADS, else the cores free now, "
+                        "from the 1-minute load average; a note says when that leaves cores unused)")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -80,14 +83,44 @@ def _inputs(a, model_spec, device):
     return texts[:k] if k else texts
 
 
+def threads(requested: Optional[int]) -> int:
+    """The process settings of an analysis: freed memory kept for reuse (harness.process) and torch's thread count
+    (harness.config.init_threads: --threads, else the environment, else the cores free now). When the count comes
+    from the load average and leaves cores unused, one note says so: the 1-minute average lags, so right after
+    another job it can still count cores that are free by now. Returns the count."""
+    from harness import config, process
+
+    if requested is not None and requested < 1:
+        raise validate.UsageError("--threads", f"{requested} is not a thread count", "give a whole number >= 1")
+    process.retain_freed_memory()
+    count = config.init_threads(requested)
+    cores = config.available_cores()
+    chosen = requested is None and not (os.environ.get(config.THREADS_ENV) or os.environ.get("OMP_NUM_THREADS"))
+    if chosen and count < cores and hasattr(os, "getloadavg"):
+        print(f"attnlip analyze: note: {count} of {cores} cores (1-minute load average {os.getloadavg()[0]:.2f}); "
+              f"--threads {cores} uses all of them", file=sys.stderr)
+    return count
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "analyze":
         argv = argv[1:]
     a = parser().parse_args(argv)  # exits 2 itself on a malformed command line
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        return _run(a)
+    finally:
+        torch.set_num_threads(before)  # in-process callers get their thread count back
+
+
+def _run(a) -> int:
     from harness.analyze import core, report
 
     try:
+        threads(a.threads)
         validate.check_options(a)
         layers = None if a.layers is None else validate.parse_layers(a.layers)
         methods = None if a.methods is None else [m.strip() for m in a.methods.split(",") if m.strip()]
