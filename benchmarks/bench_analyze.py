@@ -13,7 +13,6 @@ from typing import Optional
 import pytest
 
 
-
 def alice_text(min_chars: int = 2000) -> str:
     """Leading Alice paragraphs joined up to min_chars (comfortably over 128 word pieces; analyze truncates)."""
     from harness.data.text import load_corpus

@@ -42,6 +42,7 @@ import torch
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
 from benchmarks.bench_analyze import analyze_report, bert_report
+from benchmarks.threads import background_job
 from harness.bounds import lofast as L
 from harness.process import retain_freed_memory
 
@@ -276,15 +277,6 @@ def floor_report(sizes, repeats: int) -> str:
     return "\n".join(lines)
 
 
-def background(phase: str):
-    """The busy phase runs beside benchmarks.threads' background job (yields its rate alone); others: nothing."""
-    if phase != "busy":
-        return contextlib.nullcontext(None)
-    from benchmarks.threads import background_job
-
-    return background_job()
-
-
 def timed_part(part: str, fn, counts) -> None:
     """One timed part at each thread count; the kernels part adds each side at its best count."""
     by_count = {}
@@ -344,7 +336,7 @@ def main(argv=None):
     if a.part in timed:
         t0 = time.perf_counter()
         for phase in ("idle", "busy") if a.busy else ("",):
-            with background(phase) as alone:
+            with background_job() if phase == "busy" else contextlib.nullcontext() as alone:
                 if phase:
                     print(f"## {'Beside another 2-thread torch job' if alone else 'Idle'}" +
                           (f" (its rate alone: {alone:.1f} iterations/s)" if alone else "") + "\n")

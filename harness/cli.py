@@ -218,11 +218,6 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def missing_data_summary(results) -> str:
-    """Which data or weights are missing (each item once), for which cells, and the command that gets each."""
-    return _runner.missing_summary(results)
-
-
 PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")
 
 
@@ -322,7 +317,7 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     tail = f"; {skipped} cell(s) skipped for missing data" if skipped else ""
     out(f"done: {len(results)} experiment(s) in {time.perf_counter() - t0:.1f}s, results in {cfg.output_root}{tail}")
     if skipped:
-        print(missing_data_summary(results), file=sys.stderr)
+        print(_runner.missing_summary(results), file=sys.stderr)
     if bad:
         detail = _runner.format_errors(bad) or "\n".join(f"[{r.name}] {r.line()}" for r in bad)
         print("FAILED:\n" + detail, file=sys.stderr)

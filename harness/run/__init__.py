@@ -17,6 +17,7 @@ from ..store.cells import CellCache
 from . import preflight as _preflight
 from .executors import execute
 from .outputs import load_rows, to_table, write_outputs
+from .preflight import summary as missing_summary  # MISSING DATA: each absent item once, with its fix
 from .plan import (EXECUTORS, CellTask, ExpPlan, RunConfig, check_overrides, compute_command, paper_selection, plan,
                    select, typed_overrides)
 from .specs import CellSpec, CellStatus, status_of
@@ -218,11 +219,6 @@ def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:
             lines.append(f"[{r.name}] figures: {r.figure_error.rstrip()}")
         lines += absent_lines(r)
     return "\n".join(lines)
-
-
-def missing_summary(results: Sequence[ExpResult]) -> str:
-    """MISSING DATA: each absent dataset or model once, the cells that need it and the command that gets it."""
-    return _preflight.summary(results)
 
 
 def absent_lines(r: ExpResult, show: int = 8) -> List[str]:

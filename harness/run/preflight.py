@@ -55,16 +55,15 @@ def missing(exp: Experiment, cell: Dict[str, Any], model_source: Optional[str],
     from ..data import sources
 
     memo = {} if memo is None else memo
-    out: List[Missing] = []
-    for name in exp.data_names(cell):
-        if name in sources.DATASETS:
-            if f"data:{name}" not in memo:
-                memo[f"data:{name}"] = _dataset(name)
-            out.append(memo[f"data:{name}"])
+
+    def once(key: str, find) -> Optional[Missing]:
+        if key not in memo:
+            memo[key] = find()
+        return memo[key]
+
+    out = [once(f"data:{name}", lambda: _dataset(name)) for name in exp.data_names(cell) if name in sources.DATASETS]
     if model_source is not None:
-        if f"model:{model_source}" not in memo:
-            memo[f"model:{model_source}"] = _model(model_source, cell)
-        out.append(memo[f"model:{model_source}"])
+        out.append(once(f"model:{model_source}", lambda: _model(model_source, cell)))
     return [m for m in out if m]
 
 
@@ -80,7 +79,8 @@ def from_error(message: str, fix: str) -> Missing:
 
 
 def items_of(status: Dict[str, Any]) -> List[Missing]:
-    """The missing items a missing_data status carries (older statuses: its error and fix)."""
+    """The missing items a missing_data status carries: those found before running, else (a cell that raised
+    MissingData while running) its error and fix."""
     got = status.get("missing")
     if got:
         return list(got)
