@@ -1,9 +1,8 @@
 """Scales, dtypes, device resolution and thread ownership: defined once, used by the CLI, runner and tests."""
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Iterator, Optional
+from typing import Optional
 
 SCALES = ("full", "quick", "test", "paper")  # paper: the papers' own sizes, where an experiment declares them
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -114,23 +113,3 @@ def init_threads(threads: Optional[int] = None, jobs: int = 1) -> int:
     Returns the count in effect."""
     prefer_passive_wait()
     return apply_threads(thread_count(threads, jobs))
-
-
-@contextlib.contextmanager
-def fixed_threads(threads: int) -> Iterator[None]:
-    """Compute a block with exactly `threads` torch intra-op threads and torch's deterministic algorithms, then
-    restore both. For computations whose numbers must not depend on the machine or on `--threads`/`-j`: a
-    parallel reduction splits its sums by thread count, and the rounding of those splits compounds over
-    training steps (harness.models.train runs its loop and its accuracy under this with TRAIN_THREADS)."""
-    import torch
-
-    before, det, warn = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), \
-        torch.is_deterministic_algorithms_warn_only_enabled()
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's condition for deterministic matmuls
-    torch.set_num_threads(int(threads))
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-        torch.use_deterministic_algorithms(det, warn_only=warn)

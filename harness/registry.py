@@ -46,6 +46,7 @@ _REGISTRY: Dict[str, "Experiment"] = {}
 _LOADED = False
 
 
+from .context import Context  # noqa: E402,F401 - re-exported for experiments (compute code: harness/context.py)
 from .errors import MissingData, UnsupportedContext  # noqa: E402,F401 - re-exported for experiments
 
 
@@ -69,52 +70,6 @@ class Substitute:
     label: str = ""                 # how messages name the paper's item ("CIFAR-10"); default its value
     use_label: str = ""             # how they name the substitute ("Fashion-MNIST", "random init")
     also: Dict[str, Dict[Any, Any]] = field(default_factory=dict)
-
-
-@dataclass
-class Context:
-    """What a cell's run() may use besides its parameters. Pass parameters, not tensors, between processes."""
-
-    device: str = "cpu"
-    dtype: str = "float64"
-    seed: int = 0
-    scale: str = "full"  # "full" | "quick" | "test" | "paper"
-    cache_dir: Path = field(default_factory=lambda: Path("results/cache"))
-    progress: bool = True
-    threads: Optional[int] = None  # torch intra-op threads the runner set (experiments never set them)
-
-    @property
-    def torch_dtype(self):
-        import torch
-
-        return getattr(torch, self.dtype)
-
-    @property
-    def torch_device(self):
-        import torch
-
-        return torch.device(self.device)
-
-    def pbar(self, iterable=None, **kw):
-        """A tqdm progress bar inside a long cell (disabled when progress is off)."""
-        from tqdm.auto import tqdm
-
-        return tqdm(iterable, disable=not self.progress, leave=False, dynamic_ncols=True, **kw)
-
-    def generator(self, offset: int = 0):
-        """A torch.Generator on ctx.device seeded with seed + offset (use it instead of global RNG state)."""
-        import torch
-
-        g = torch.Generator(device=self.torch_device)
-        g.manual_seed(int(self.seed) + int(offset))
-        return g
-
-    @property
-    def artifacts(self) -> Path:
-        """Directory for cached artifacts shared across cells/experiments (e.g. trained model weights)."""
-        p = Path(self.cache_dir) / "artifacts"
-        p.mkdir(parents=True, exist_ok=True)
-        return p
 
 
 class Experiment:

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 import torch
 
-from harness import config
+from harness import context
 from harness.data.images import load_images
 from harness.models import lofast_train
 from harness.models import regularizers as R
@@ -80,10 +80,10 @@ def test_training_on_one_and_two_threads_is_bitwise_equal(name, restore_threads)
 def test_fixed_threads_sets_and_restores(restore_threads):
     torch.set_num_threads(2)
     det = torch.are_deterministic_algorithms_enabled()
-    with config.fixed_threads(1):
+    with context.fixed_threads(1):
         assert torch.get_num_threads() == 1 and torch.are_deterministic_algorithms_enabled()
     assert torch.get_num_threads() == 2 and torch.are_deterministic_algorithms_enabled() == det
     with pytest.raises(RuntimeError, match="inside"):
-        with config.fixed_threads(1):
+        with context.fixed_threads(1):
             raise RuntimeError("inside")
     assert torch.get_num_threads() == 2 and torch.are_deterministic_algorithms_enabled() == det

@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from harness.config import fixed_threads
+from harness.context import fixed_threads
 from harness.models.lipvit import LipText, LipTransformer, LipViT
 from harness.models.train import TRAIN_THREADS, accuracy, fit
 

@@ -7,7 +7,7 @@ a constant or cosine learning-rate schedule. JaSMin's ViTs (train_classifier) an
 batches are moved there one at a time.
 
 Same config, same weights, bitwise, on any machine and at any `--threads`/`-j`: `fit` and `predict` compute with
-TRAIN_THREADS torch threads and torch's deterministic algorithms (harness.config.fixed_threads), whatever the
+TRAIN_THREADS torch threads and torch's deterministic algorithms (harness.context.fixed_threads), whatever the
 runner set. Measured on 2 cores: a ViT or LipViT trained with 2 threads differs in its weights from the same
 training with 1 thread (parallel sums split by thread count round differently, and training compounds it), and
 one thread was not slower here (LipViT quick, 94 steps: 3.3 s vs 8.2 s with 2 threads on a shared machine).
@@ -33,7 +33,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import nn
 
-from harness.config import fixed_threads
+from harness.context import fixed_threads
 from harness.models import regularizers as _regularizers
 from harness.models import vit as _vit
 

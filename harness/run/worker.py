@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import threading
 import time
 import traceback
@@ -18,7 +17,8 @@ from typing import Any, Dict, List, Optional
 from .. import config as _config
 from .. import registry as _registry
 from ..errors import MissingData, UnsupportedContext
-from ..registry import Context, Experiment
+from ..context import Context, seed_everything
+from ..registry import Experiment
 from ..store import claims as _claims
 from ..store.atomic import atomic_write_text, canonical_json
 from ..store.cells import CellCache, CellRecord
@@ -95,18 +95,6 @@ class RSSSampler:
         self._stop.set()
         self._t.join()
         self._sample()
-
-
-def seed_everything(seed: int) -> None:
-    """Reset global RNGs before every cell so a cell's result does not depend on execution order."""
-    import random
-
-    random.seed(seed)
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed(seed % 2**32)
-    import torch
-
-    torch.manual_seed(seed)
 
 
 def check_rows(rows: Any) -> List[Dict[str, Any]]:

@@ -4,10 +4,11 @@ An experiment's code hash = (1) the *compute part* of its module: the AST (comme
 ignored) of the experiment class without its presentation methods (`figures`, `summary`) and declarative
 attributes (`grid`, `quick`, `test`, ... : cell parameters are in the key themselves), plus every module-level
 definition the compute part reaches by name, transitively; and (2) the files of every module under harness/ and
-experiments/ that the compute part imports, transitively (static `ast` closure), except the presentation
-modules (plotting, report, manifest, cli). So editing `run()` or anything it calls invalidates the cells, and
-editing a figure or the summary text does not. A dynamic import anywhere in the closure hashes all of
-harness/ instead (never less than what ran).
+experiments/ that the compute part imports, transitively (static `ast` closure), plus harness.boundary.ALWAYS.
+Modules that harness.boundary declares infrastructure (runner, worker, store, CLI, thread policy, plotting, ...)
+are neither hashed nor walked: editing them keeps every key. So editing `run()` or anything it calls invalidates
+the cells, and editing the runner, a figure or the summary text does not. A dynamic import anywhere in the closure
+hashes every compute module instead (never less than what ran).
 
 `modules_hash(modules)` gives the same kind of hash for the closure of arbitrary modules (trained-model
 artifacts are keyed with it).
@@ -19,24 +20,17 @@ import inspect
 import textwrap
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ..boundary import ALWAYS, is_infrastructure
 from .atomic import canonical_json, sha256
 
 HARNESS_ROOT = Path(__file__).resolve().parents[1]
 REPO_ROOT = HARNESS_ROOT.parent
-PRESENTATION_MODULES = {"harness.plotting", "harness.report", "harness.manifest", "harness.cli"}
 PRESENTATION_METHODS = {"figures", "summary"}
 DECLARATIVE_ATTRS = {"name", "grid", "quick", "test", "paired", "figures_ref", "description", "dtypes",
                      "devices", "dtype_note", "float32_exempt", "verify_tol", "paper", "substitutes",
                      "paper_cost"}
-ALWAYS = ("harness/run/worker.py",)  # seeds RNGs and checks rows around every cell
-# Neither hashed nor walked: the one dynamic import of plug-in code by name (what it loads is keyed by the plug-in's
-# own source: harness.run.plan.plugin_sources).
-UNWALKED = {"harness.plugins"}
-# Hashed but not walked: the registry imports experiments dynamically by design (discovery), which must not
-# widen every experiment's hash to the whole tree.
-LEAVES = {"harness.registry"}
 
 
 def _roots() -> Dict[str, Path]:
@@ -95,11 +89,11 @@ def imported_modules(nodes: Iterable[ast.AST], me: str = "", is_pkg: bool = Fals
 
 
 def module_closure(start: Iterable[str], roots: Optional[Mapping[str, Path]] = None,
-                   skip: Iterable[str] = PRESENTATION_MODULES | UNWALKED) -> Optional[List[Path]]:
+                   skip: Callable[[str], bool] = is_infrastructure) -> Optional[List[Path]]:
     """Files of the modules under `roots` that the `start` module names import, transitively (parents'
-    __init__.py included; `skip` modules neither hashed nor walked). None when a dynamic import occurs."""
+    __init__.py included; modules for which `skip` is true, by default the declared infrastructure, neither hashed
+    nor walked). None when a dynamic import occurs."""
     roots = dict(roots or _roots())
-    skip = set(skip)
     seen: Dict[Path, None] = {}
     todo = list(start)
     while todo:
@@ -107,14 +101,12 @@ def module_closure(start: Iterable[str], roots: Optional[Mapping[str, Path]] = N
         parts = m.split(".")
         for i in range(1, len(parts) + 1):
             name = ".".join(parts[:i])
-            if name in skip:
-                break
+            if skip(name):
+                continue
             f = _module_file(name, roots)
             if f is None or f in seen:
                 continue
             seen[f] = None
-            if name in LEAVES:
-                continue
             tree = ast.parse(f.read_text(), filename=str(f))
             mods, dynamic = imported_modules([tree], _module_name(f, roots) or "", f.name == "__init__.py")
             if dynamic:
@@ -133,18 +125,20 @@ def files_hash(files: Iterable[Path], root: Path = REPO_ROOT) -> str:
     return sha256(canonical_json(sorted(parts)))
 
 
-def _all_harness_files() -> List[Path]:
+def compute_files() -> List[Path]:
+    """Every compute module's file (harness/ and experiments/ minus the declared infrastructure): what a code hash
+    covers when a dynamic import makes the static closure unknowable."""
+    roots = _roots()
     files = sorted(HARNESS_ROOT.rglob("*.py")) + sorted((REPO_ROOT / "experiments").glob("_*.py"))
-    pres = {HARNESS_ROOT / (m.split(".", 1)[1] + ".py") for m in PRESENTATION_MODULES | UNWALKED}
-    return [f.resolve() for f in files if f not in pres]
+    return [f.resolve() for f in files if not is_infrastructure(_module_name(f, roots) or "")]
 
 
 def closure_hash(start: Sequence[str]) -> Tuple[str, List[Path]]:
-    """Hash of the files the modules `start` import (all of harness/ on a dynamic import), and those files."""
-    files = module_closure(start)
+    """Hash of the compute files the modules `start` (and harness.boundary.ALWAYS) import, every compute file on a
+    dynamic import, and those files."""
+    files = module_closure(list(start) + list(ALWAYS))
     if files is None:
-        files = _all_harness_files()
-    files = sorted(set(files) | {(REPO_ROOT / a).resolve() for a in ALWAYS if (REPO_ROOT / a).is_file()})
+        files = compute_files()
     return files_hash(files), files
 
 
@@ -268,8 +262,8 @@ def experiment_code(exp) -> Dict[str, object]:
     is_pkg = bool(mod is not None and getattr(mod, "__file__", "").endswith("__init__.py"))
     mods, dynamic = imported_modules(nodes, me, is_pkg)
     if dynamic:
-        deps, files = _all_harness_files(), _all_harness_files()
-        deps_hash = files_hash(deps)
+        files = compute_files()
+        deps_hash = files_hash(files)
     else:
         deps_hash, files = closure_hash([m for m in mods if m != me])
     own = sha256("\n".join(ast.dump(n) for n in nodes))
