@@ -33,7 +33,10 @@ EPILOG = """examples:
                                       cells absent from the cache keeps the outputs it has and names them
 outputs: results/<exp>/ (full scale), results/quick/<exp>/ (--quick), results/custom/<scale>__<what differs>/
 (--set, --dtype, --seed, --device): a run never replaces the outputs of another scale or other overrides.
-exit status: 0 ok, 1 a cell/figure failed or was skipped for missing data (after running the rest), 2 usage error."""
+  run_all.py --verify --stamp         after a compute change: recompute every quick cell and a sample of each
+                                      full-scale experiment, compare, and stamp the manifests that reproduce
+exit status: 0 ok, 1 a cell/figure failed or was skipped for missing data (after running the rest), 2 usage error;
+--verify: 0 reproduced, 1 differs, 3 could not verify (missing data or weights), 2 usage error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,10 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
                       "expected time at the chosen -j, then exit")
     mode.add_argument("--collect", action="store_true", help="rebuild tables, figures and README from the cache only")
     mode.add_argument("--verify", action="store_true",
-                      help="recompute committed cells (all, or --verify-sample N per experiment) from an empty "
-                           "temporary cache and compare with the committed tables at --scale; exit 1 on a mismatch")
-    ap.add_argument("--verify-sample", type=int, default=None, metavar="N",
-                    help="--verify: the N cheapest committed cells per experiment (committed per-cell wall time)")
+                      help="recompute committed cells from an empty temporary cache and compare them with both "
+                           "committed copies of each table (csv, parquet): every quick cell and a sample of each "
+                           "full-scale experiment (without --quick/--scale: both scales). Per experiment: "
+                           "reproduced, differs or cannot verify (missing data, with the command that gets it); "
+                           "exit 0 all reproduced, 1 something differs, 3 something could not be verified")
+    ap.add_argument("--verify-sample", default=None, metavar="N",
+                    help="--verify: per experiment, the N cheapest committed cells (committed per-cell wall time) "
+                         "and N others drawn with a seed; 'all' for every cell (default: all at quick scale, 2 + 2 "
+                         "at full scale)")
+    ap.add_argument("--stamp", action="store_true",
+                    help="--verify: record the verifying commit, the recomputed cells and the tables' sha256 in "
+                         "the manifest of each experiment that reproduced (needs a checkout without uncommitted "
+                         "changes outside results/)")
     ap.add_argument("--force", action="store_true", help="recompute cells even when cached")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                     help="override a grid parameter: n=8, n=2,4,8, n=[2,4], flag=true (repeatable)")
@@ -283,10 +295,15 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"run_all.py: error: {msg}", file=sys.stderr)
         return 2
+    if (args.stamp or args.verify_sample is not None) and not args.verify:
+        flag = "--stamp" if args.stamp else "--verify-sample"
+        print(f"run_all.py: error: {flag} only means something with --verify", file=sys.stderr)
+        return 2
     if args.verify:
         from .run import verify as _verify
 
-        return _verify.main(names, cfg, args.verify_sample, echo=out)
+        scales = [args.scale] if args.scale else ["quick", "full"]
+        return _verify.main(names, cfg, args.verify_sample, echo=out, scales=scales, stamp=args.stamp)
     if args.list:
         cmd_list(names, cfg, out)
         return 0

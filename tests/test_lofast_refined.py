@@ -148,3 +148,20 @@ def test_registry_entry_equals_the_module_and_is_sound():
     assert (ref <= ev.values[("lofast_sharp", "layer")] * (1 + 1e-12)).all()
     rows = [r for r in ev.rows() if r["method"] == "lofast_refined"]
     assert rows and all(r["sound"] for r in rows)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [0.5, 3.0, 40.0])  # spread rows, peaked rows, near-one-hot rows (c = 1/2)
+def test_constant_at_zero_is_the_per_ball_constant_at_eps_zero(causal, scale):
+    """constant_at_zero(P), which the registry's eps -> 0 entry reads off the shared state, is softmax_constant at
+    eps = 0 (derived there, not a second formula)."""
+    from harness.kernels.attention import probs
+
+    g = torch.Generator().manual_seed(11)
+    w = AttentionWeights.random(d=9, h=3, generator=g)
+    X = torch.randn(4, 7, 9, generator=g, dtype=D64) * scale
+    want = lofast_refined.softmax_constant(lofast_refined.row_terms(X, w, causal), 0.0)
+    got = lofast_refined.constant_at_zero(probs(X, w, causal))
+    assert got.shape == want.shape == (4, 3)
+    assert torch.allclose(got, want, rtol=1e-14, atol=0)
+    assert (got <= 0.5).all() and (got > 0).all()

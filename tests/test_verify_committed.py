@@ -1,12 +1,16 @@
 """`run_all.py --verify`: committed quick-scale numbers reproduce on this checkout (a cheap sample, recomputed from an
-empty cache), and an edited committed number is caught (exit 1, the column in the diff table).
+empty cache); an edited committed number is caught in either copy of the table (exit 1, the column or the copy
+named); missing data is "cannot verify" with the command that gets it (exit 3); `--stamp` records the verification.
 
 The sample (CHEAP) is cells that need no shared data and no trained model, about 10 s in all on one core: an exact
 quantity from each paper's toolkit (Castin's radius bounds, JaSMin's interlacing and softmax, mass splitting)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -30,8 +34,8 @@ def test_committed_quick_sample_reproduces(capsys):
     code, out = _run(["--verify", "--quick", "--verify-sample", "1", "--no-progress", *CHEAP], capsys)
     assert code == 0, out
     for name in CHEAP:
-        assert f"== {name}: OK (1 cell(s)" in out, out
-    assert f"verify: {len(CHEAP)} of {len(CHEAP)} experiment(s) reproduce" in out
+        assert f"== {name} (quick): reproduced (" in out, out
+    assert f"verify (quick): {len(CHEAP)} reproduced" in out
 
 
 @pytest.fixture
@@ -58,8 +62,26 @@ def test_an_edited_committed_number_fails_with_the_diff(results_copy, capsys):
     line = next(x for x in out.splitlines() if x.strip().startswith(col + " "))
     assert "NO (1 over)" in line and "1e-09" in line, line
     assert f"worst {col}: " in out and "row 3" in out
-    assert f"MISMATCH in {name}" in out
+    assert "table.csv differs from table.parquet" in out and f"column {col}" in out  # the copies disagree too
+    assert f"1 differs ({name})" in out
     assert not (folder / "cache").exists() and not (root / "cache").exists()  # nothing written beside the tables
+
+
+def test_an_edited_csv_number_fails(results_copy, capsys):
+    """Readers open table.csv: a number edited there alone (parquet untouched) is a difference."""
+    root, folder, name = results_copy
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO((folder / "table.csv").read_text())))
+    col = rows[0].index("lipschitz")
+    rows[2][col] = repr(float(rows[2][col]) * (1 + 1e-12))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    (folder / "table.csv").write_text(buf.getvalue())
+    code, out = _run(["--verify", "--quick", "--no-progress", "--results-dir", str(root), name], capsys)
+    assert code == 1, out
+    assert "differs: table.csv differs from table.parquet" in out and "row 1 column lipschitz" in out, out
 
 
 def test_csv_only_and_missing_or_extra_rows(results_copy, capsys):
@@ -77,6 +99,7 @@ def test_a_cell_gone_from_the_grid_is_a_mismatch(results_copy, capsys):
     table = pd.read_parquet(folder / "table.parquet")
     table["cell"] = table["cell"] + ",extra=1"
     table.to_parquet(folder / "table.parquet", index=False)
+    table.to_csv(folder / "table.csv", index=False)
     code, out = _run(["--verify", "--quick", "--no-progress", "--results-dir", str(root), name], capsys)
     assert code == 1 and "not a cell of the current quick grid" in out, out
 
@@ -85,13 +108,16 @@ def test_usage_errors_and_stale_note(results_copy, capsys):
     root, folder, name = results_copy
     code, out = _run(["--verify", "--quick", "--seed", "3", "--results-dir", str(root), name], capsys)
     assert code == 2 and "--seed 3" in out and "drop" in out
-    code, out = _run(["--verify", "--quick", "--verify-sample", "0", "--results-dir", str(root), name], capsys)
-    assert code == 2 and "--verify-sample must be >= 1" in out
+    for bad in ("0", "x"):
+        code, out = _run(["--verify", "--quick", "--verify-sample", bad, "--results-dir", str(root), name], capsys)
+        assert code == 2 and "--verify-sample must be a whole number >= 1 or 'all'" in out
+    code, out = _run(["--stamp", "--quick", "--results-dir", str(root), name], capsys)
+    assert code == 2 and "--stamp only means something with --verify" in out
     man = json.loads((folder / "manifest.json").read_text())
     man["code_hash"] = "0" * 64
     (folder / "manifest.json").write_text(json.dumps(man))
     code, out = _run(["--verify", "--quick", "--no-progress", "--results-dir", str(root), name], capsys)
-    assert code == 0 and "stale: committed with code 0000000000" in out, out
+    assert code == 0 and "committed with compute code 0000000000" in out, out
 
 
 def test_tolerance_lookup_and_sampling_order():
@@ -100,11 +126,67 @@ def test_tolerance_lookup_and_sampling_order():
 
     assert V.tolerance(E, "acc") == 1e-3 and V.tolerance(E, "step_s") is None and V.tolerance(E, "x") == 1e-9
     man = {"cells": [{"cell": "a", "wall_s": 5.0}, {"cell": "b", "wall_s": 1.0}, {"cell": "c"}]}
-    assert V.sample(man, ["a", "a", "b", "c"], 2) == ["b", "a"]
+    assert V.sample(man, ["a", "a", "b", "c"], 2) == ["b", "a", "c"]  # 2 cheapest, then at most 2 drawn
     assert V.sample(man, ["c", "b", "a"], None) == ["b", "a", "c"]
+    many = {"cells": [{"cell": f"c{i}", "wall_s": float(i)} for i in range(20)]}
+    labels = [c["cell"] for c in many["cells"]]
+    got = V.sample(many, labels, 2, seed="exp")
+    assert got[:2] == ["c0", "c1"] and len(got) == 4 and len(set(got)) == 4
+    assert got == V.sample(many, labels, 2, seed="exp")  # seeded: the same cells everywhere
+    assert {tuple(V.sample(many, labels, 2, seed=s)) for s in ("a", "b", "c", "d")} != {tuple(got)}
     d = V.ColumnDiff("x", 1e-9)
     V._compare_value(d, "a", 0, 2.0, 2.0 + 1e-9)  # 5e-10 relative: within
     V._compare_value(d, "a", 1, float("nan"), float("nan"))
     assert d.ok
     V._compare_value(d, "a", 2, 1.0, float("nan"))
     assert not d.ok and "row 2" in d.worst
+
+
+def test_stamp_records_the_verification_and_catches_later_edits(results_copy, capsys, monkeypatch):
+    from harness.run import stamp as S
+
+    root, folder, name = results_copy
+    monkeypatch.setattr(S._manifest, "git_info", lambda: {"commit": "c0ffee" * 6 + "abcd", "dirty": False})
+    code, out = _run(["--verify", "--quick", "--stamp", "--no-progress", "--results-dir", str(root), name], capsys)
+    assert code == 0 and "stamped 1 manifest(s) with commit c0ffeec0ffee" in out, out
+    man = json.loads((folder / "manifest.json").read_text())
+    v = man["verified"]
+    assert v["commit"].startswith("c0ffee") and v["scale"] == "quick" and v["result"] == "reproduced"
+    assert sorted(v["cells"]) == sorted(pd.read_parquet(folder / "table.parquet")["cell"].unique())
+    assert set(v["tables"]) == {"table.csv", "table.parquet"} and v["code_hash"]
+    assert man["cells"] and man["code_hash"]  # what originally computed the numbers is kept
+    code, out = _run(["--verify", "--quick", "--no-progress", "--results-dir", str(root), name], capsys)
+    assert code == 0 and "this compute code verified at commit c0ffeec0ffee" in out, out
+    # an edit of both copies after the stamp (so that they agree) is still caught
+    for f in ("table.csv", "table.parquet"):
+        (folder / f).write_bytes((folder / f).read_bytes() + b"")
+    t = pd.read_parquet(folder / "table.parquet")
+    t.to_parquet(folder / "table.parquet", index=False, compression="gzip")
+    code, out = _run(["--verify", "--quick", "--no-progress", "--results-dir", str(root), name], capsys)
+    assert code == 1 and "table.parquet changed since the manifest's verification stamp" in out, out
+    # a dirty checkout cannot stamp: the commit would not name the code that ran
+    monkeypatch.setattr(S._manifest, "git_info", lambda: {"commit": "c0ffee" * 6 + "abcd", "dirty": True})
+    code, out = _run(["--verify", "--quick", "--stamp", "--results-dir", str(root), name], capsys)
+    assert code == 2 and "commit or stash them first" in out
+
+
+def test_missing_data_is_cannot_verify_with_the_fetch_command(tmp_path):
+    """No mirror, empty caches, downloads off: the text cells of jasmin_g1_ratio cannot be recomputed, which is
+    neither a difference nor a pass (exit 3), and the output names the dataset and the command that gets it."""
+    name = "jasmin_g1_ratio"
+    src = RESULTS / "quick" / name
+    if not src.is_dir():
+        pytest.skip("no committed quick-scale results")
+    shutil.copytree(src, tmp_path / "res" / "quick" / name)
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTNLIP_DATA", "HF_HOME", "HF_HUB_CACHE", "NLTK_DATA")}
+    env.update(HOME=str(tmp_path / "home"), NLTK_DATA=str(tmp_path / "nltk"), HF_HOME=str(tmp_path / "hf"),
+               HF_DATASETS_CACHE=str(tmp_path / "hf" / "datasets"), HF_HUB_OFFLINE="1", ATTNLIP_OFFLINE="1",
+               OMP_NUM_THREADS="1", ATTNLIP_FASHION_MNIST=str(tmp_path / "none"))
+    r = subprocess.run([sys.executable, "run_all.py", "--verify", "--quick", "--no-progress", "--results-dir",
+                        str(tmp_path / "res"), name], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 3 and "Traceback" not in out, out[-3000:]
+    assert f"== {name} (quick): cannot verify" in out and "MISMATCH" not in out
+    assert "dataset 'alice' is not available" in out and "get it with: attnlip data fetch alice" in out
+    assert f"verify (quick): 0 reproduced; 1 cannot verify ({name})" in out

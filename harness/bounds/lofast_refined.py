@@ -20,6 +20,7 @@ min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipsc
 
     row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
     softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
+    constant_at_zero(P) -> (..., h)                c_l(0) from the attention probabilities alone
     delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
 """
 from __future__ import annotations
@@ -79,6 +80,13 @@ def softmax_constant(t: RowTerms, eps: Eps) -> Tensor:
     log_top = (t.logp + rho.unsqueeze(-1) * t.dist).amax(-1)  # (..., h, n): log of the bound on max_k p_k
     c_row = torch.exp(log_top.clamp(max=math.log(0.5)))  # min(1/2, .) in log space, then exp <= 1/2
     return c_row.amax(-1)  # (..., h)
+
+
+def constant_at_zero(P: Tensor) -> Tensor:
+    """c_l(0) = softmax_constant(row_terms(X, w, causal), 0) from the probabilities P (..., h, n, n) alone: at eps = 0
+    every rho_i is 0, so c_i(0) = min(1/2, max_k p_ik) and c_l(0) = min(1/2, max_ik p_ik) (masked entries are 0 and
+    never the maximum). (..., h)."""
+    return P.amax((-1, -2)).clamp(max=0.5)
 
 
 def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causal: bool = False, **power) -> Tensor:

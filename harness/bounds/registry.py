@@ -28,7 +28,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from harness.bounds import castin, jasmin, kim, lofast
+from harness.bounds import castin, jasmin, kim, lofast, lofast_refined
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
@@ -140,8 +140,8 @@ def _kim_ok(s: InputState) -> Tensor:
 
 
 def _refined_c(s: InputState) -> Tensor:
-    """The eps -> 0 per-ball softmax constant: min(1/2, max_ik p_ik) per head (..., h) (lofast_refined at eps 0)."""
-    return s.P.amax((-1, -2)).clamp(max=0.5)
+    """The eps -> 0 per-ball softmax constant c_l(0) per head (..., h), from the state's probabilities."""
+    return lofast_refined.constant_at_zero(s.P)
 
 
 def _lofast_limit(m_attr: str, c, heads: bool):

@@ -1,0 +1,190 @@
+"""The comparisons of `--verify` (harness.run.verify): committed rows against recomputed ones within each column's
+tolerance, the two committed copies of a table against each other, and what differs between the committed run and
+the checkout (code hash, cell keys, library versions)."""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from .outputs import parquet_bytes, to_table
+
+NOT_COMPARED = ("seed", "cell_key")
+
+
+@dataclasses.dataclass
+class ColumnDiff:
+    column: str
+    tol: float
+    n: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    bad: int = 0
+    worst: str = ""  # where the largest violation (or difference) is: cell, row, committed vs now
+    cells: List[str] = dataclasses.field(default_factory=list)  # cells with a value over the tolerance
+
+    @property
+    def ok(self) -> bool:
+        return self.bad == 0
+
+
+def tolerance(exp, column: str) -> Optional[float]:
+    """The tolerance `exp.verify_tol` declares for `column`: exact name, else the first matching glob, else
+    "default"; None: not compared."""
+    tols = dict(exp.verify_tol or {})
+    if column in tols:
+        return tols[column]
+    for pat, tol in tols.items():
+        if pat != "default" and any(ch in pat for ch in "*?[") and fnmatch.fnmatchcase(column, pat):
+            return tol
+    return tols.get("default", 1e-9)
+
+
+def read_table(folder: Path):
+    """The committed table of an experiment folder (parquet first: it keeps the column types)."""
+    import pandas as pd
+
+    if (folder / "table.parquet").is_file():
+        return pd.read_parquet(folder / "table.parquet")
+    for name in ("table.csv", "table.csv.gz"):
+        if (folder / name).is_file():
+            return pd.read_csv(folder / name)
+    return None
+
+
+def roundtrip(rows: List[Dict[str, Any]]):
+    """Recomputed rows as the committed table holds them: the same table code and the same parquet types."""
+    import io
+
+    import pandas as pd
+
+    return pd.read_parquet(io.BytesIO(parquet_bytes(to_table(rows))))
+
+
+def _number(v) -> Optional[float]:
+    if v is None:
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _numeric_columns(table) -> List[str]:
+    import pandas as pd
+
+    return [c for c in table.columns if c not in NOT_COMPARED and
+            (pd.api.types.is_numeric_dtype(table[c]) or pd.api.types.is_bool_dtype(table[c]))]
+
+
+def compare(exp, committed, now, labels: Sequence[str], out) -> None:
+    """Fill out.columns / out.problems: committed vs recomputed rows of the cells `labels`."""
+    diffs: Dict[str, ColumnDiff] = {}
+    for c in _numeric_columns(committed):
+        tol = tolerance(exp, c)
+        if tol is None:
+            out.notes.append(f"column {c} not compared (verify_tol says None)")
+            continue
+        if c not in now.columns:  # a difference only where the sampled cells' committed rows hold values
+            if committed.loc[committed["cell"].isin(labels), c].notna().any():
+                out.problems.append(f"column {c}: in the committed rows, not written by the current code")
+            continue
+        diffs[c] = ColumnDiff(c, float(tol))
+    for label in labels:
+        a = committed[committed["cell"] == label].reset_index(drop=True)
+        b = now[now["cell"] == label].reset_index(drop=True) if "cell" in now.columns else now.iloc[0:0]
+        if len(a) != len(b):
+            out.problems.append(f"cell {label}: {len(a)} committed rows, {len(b)} recomputed")
+            continue
+        for c, d in diffs.items():
+            for i, (x, y) in enumerate(zip(a[c].tolist(), b[c].tolist())):
+                _compare_value(d, label, i, _number(x), _number(y))
+    out.columns = list(diffs.values())
+
+
+def _compare_value(d: ColumnDiff, label: str, i: int, x: Optional[float], y: Optional[float]) -> None:
+    d.n += 1
+    if x is None or y is None:  # not a number on one side (a column whose type changed)
+        err, rel, bad = math.inf, math.inf, x != y
+    elif math.isnan(x) or math.isnan(y):
+        err = rel = 0.0 if math.isnan(x) and math.isnan(y) else math.inf
+        bad = err > 0
+    elif x == y:  # equal infinities too
+        return
+    else:
+        err = abs(x - y)
+        rel = err / abs(x) if x else math.inf
+        bad = not err <= d.tol * max(1.0, abs(x))
+    if bad or (d.bad == 0 and err > d.max_abs):
+        d.worst = f"{label} row {i}: committed {x!r}, now {y!r}"
+    d.max_abs, d.max_rel = max(d.max_abs, err), max(d.max_rel, rel)
+    d.bad += bool(bad)
+    if bad and label not in d.cells:
+        d.cells.append(label)
+
+
+def _same(x, y) -> bool:
+    """Equal values of one table cell in the two copies (NaN equals NaN and a missing value; numbers exactly:
+    the CSV is written with Python's shortest round-trip repr)."""
+    fx, fy = _number(x), _number(y)
+    if fx is not None and fy is not None:
+        return fx == fy or (math.isnan(fx) and math.isnan(fy))
+    missing = (lambda v: v is None or (isinstance(v, float) and math.isnan(v)))
+    return (missing(x) and missing(y)) or str(x) == str(y)
+
+
+def copies(folder: Path, committed, manifest: Dict[str, Any]) -> List[str]:
+    """Differences between the committed copies of a table: table.csv (or .csv.gz) against table.parquet, every row
+    and column; and each copy against the sha256 a stamped manifest recorded for it (an edit after the stamp)."""
+    import pandas as pd
+
+    from ..store.atomic import sha256
+
+    out: List[str] = []
+    stamped = ((manifest.get("verified") or {}).get("tables") or {})
+    for name, digest in stamped.items():
+        f = folder / name
+        if f.is_file() and sha256(f.read_bytes()) != digest:
+            out.append(f"{name} changed since the manifest's verification stamp (sha256 differs)")
+    csv = next((folder / n for n in ("table.csv", "table.csv.gz") if (folder / n).is_file()), None)
+    if csv is None or not (folder / "table.parquet").is_file():
+        return out
+    other = pd.read_csv(csv)
+    if list(other.columns) != list(committed.columns) or len(other) != len(committed):
+        return out + [f"{csv.name} and table.parquet hold different tables ({len(other)} x {len(other.columns)} "
+                      f"against {len(committed)} x {len(committed.columns)})"]
+    for c in committed.columns:
+        for i, (x, y) in enumerate(zip(committed[c].tolist(), other[c].tolist())):
+            if not _same(x, y):
+                out.append(f"{csv.name} differs from table.parquet: cell {committed['cell'].iloc[i]} row {i} "
+                           f"column {c}: csv {y!r}, parquet {x!r}")
+                break
+    return out
+
+
+def staleness(p, manifest: Dict[str, Any], labels: Sequence[str]) -> List[str]:
+    """What differs between the committed run (or its last verification) and this checkout: compute hash, cell
+    keys, library versions."""
+    from .. import manifest as _manifest
+
+    notes = []
+    stamp = manifest.get("verified") or {}
+    if stamp.get("code_hash") == p.code:
+        notes.append(f"this compute code verified at commit {str(stamp.get('commit'))[:12]} ({stamp.get('at')})")
+    elif manifest.get("code_hash") and manifest["code_hash"] != p.code:
+        notes.append(f"committed with compute code {manifest['code_hash'][:10]}, the checkout's is {p.code[:10]} "
+                     f"(comparing anyway)")
+    keys = {c["cell"]: c.get("key") for c in manifest.get("cells") or []}
+    now = {t.label: t.key for t in p.tasks}
+    same = sum(1 for lb in labels if keys.get(lb) and keys.get(lb) == now.get(lb))
+    notes.append(f"{same} of {len(labels)} sampled cell keys equal to the committed ones")
+    then, cur = manifest.get("versions") or {}, _manifest.versions()
+    drift = [f"{k} {then[k]} -> {cur.get(k)}" for k in sorted(then) if k in cur and then[k] != cur[k]]
+    if drift:
+        notes.append("library versions differ from the committed run: " + ", ".join(drift))
+    threads = sorted({c.get("threads") for c in manifest.get("cells") or [] if c.get("threads")})
+    if threads:
+        notes.append(f"committed cells computed with torch threads {threads}")
+    return notes
