@@ -303,7 +303,8 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
         from .run import verify as _verify
 
         scales = [args.scale] if args.scale else ["quick", "full"]
-        return _verify.main(names, cfg, args.verify_sample, echo=out, scales=scales, stamp=args.stamp)
+        with progress_bars_silenced(not cfg.progress):
+            return _verify.main(names, cfg, args.verify_sample, echo=out, scales=scales, stamp=args.stamp)
     if args.list:
         cmd_list(names, cfg, out)
         return 0

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import NamedTuple, Optional
 
 SCALES = ("full", "quick", "test", "paper")  # paper: the papers' own sizes, where an experiment declares them
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -66,14 +66,72 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _proc_stat() -> Optional[dict]:
+    """{cpu index: (busy jiffies, total jiffies)} from /proc/stat's per-CPU lines; None where there is none."""
+    try:
+        text = open("/proc/stat").read()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            name, *vals = line.split()
+            v = [int(x) for x in vals[:8]]
+            idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+            out[int(name[3:])] = (sum(v) - idle, sum(v))
+    return out or None
+
+
+def busy_cores(interval: float = 0.1) -> Optional[float]:
+    """How many of this process's cores other work keeps busy now: /proc/stat sampled twice, `interval` seconds
+    apart, summed over the CPUs of the affinity mask. None where /proc/stat is unreadable (not Linux)."""
+    import time
+
+    a = _proc_stat()
+    if a is None:
+        return None
+    time.sleep(interval)
+    b = _proc_stat()
+    if b is None:
+        return None
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        mine = set(b)
+    busy = 0.0
+    for cpu in mine:
+        if cpu in a and cpu in b and b[cpu][1] > a[cpu][1]:
+            busy += (b[cpu][0] - a[cpu][0]) / (b[cpu][1] - a[cpu][1])
+    return busy
+
+
+class ThreadChoice(NamedTuple):
+    """A thread count and where it came from (for notes and manifests)."""
+    count: int
+    source: str  # "--threads" | "$ATTNLIP_THREADS" | "$OMP_NUM_THREADS" | "cpu sample" | "load average"
+    detail: str = ""  # the measurement behind an automatic choice
+
+
 def free_cores(cores: Optional[int] = None) -> int:
-    """Cores not taken by other work now: the available cores minus the 1-minute load average, at least 1."""
+    """Cores not taken by other work now, at least 1 (see `free_cores_choice`)."""
+    return free_cores_choice(cores).count
+
+
+def free_cores_choice(cores: Optional[int] = None) -> ThreadChoice:
+    """Cores not taken by other work now: the available cores minus the cores a live CPU sample (/proc/stat over
+    0.1 s) finds busy, at least 1. The sample follows the load at once; the 1-minute load average, used only where
+    there is no /proc/stat, lags behind a job that just ended (it still counts that job's cores for a minute)."""
     cores = cores or available_cores()
+    busy = busy_cores()
+    if busy is not None:
+        return ThreadChoice(max(1, min(cores, int(cores - busy + 0.5))), "cpu sample",
+                            f"{busy:.2f} of {cores} cores busy in a 0.1 s sample")
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
-        return cores
-    return max(1, min(cores, int(cores - load + 0.5)))
+        return ThreadChoice(cores, "available cores", f"{cores} cores, no load measurement")
+    return ThreadChoice(max(1, min(cores, int(cores - load + 0.5))), "load average",
+                        f"1-minute load average {load:.2f} on {cores} cores")
 
 
 def prefer_passive_wait() -> bool:
@@ -86,21 +144,28 @@ def prefer_passive_wait() -> bool:
     return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
 
 
+def thread_choice(threads: Optional[int] = None, jobs: int = 1) -> ThreadChoice:
+    """torch threads per worker and where the count came from: `threads` (--threads), else $ATTNLIP_THREADS, else
+    $OMP_NUM_THREADS, else the cores free now (free_cores_choice) shared by `jobs` workers, at least 1."""
+    for source, count in (("--threads", threads), (f"${THREADS_ENV}", os.environ.get(THREADS_ENV)),
+                          ("$OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "").split(",")[0] or None)):
+        if count is None:
+            continue
+        try:
+            ok = int(count) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"threads must be a whole number >= 1, got {count!r} (from --threads, ${THREADS_ENV} "
+                             f"or $OMP_NUM_THREADS)")
+        return ThreadChoice(int(count), source)
+    free = free_cores_choice()
+    return ThreadChoice(max(1, free.count // max(1, int(jobs))), free.source, free.detail)
+
+
 def thread_count(threads: Optional[int] = None, jobs: int = 1) -> int:
-    """torch threads per worker: `threads` (--threads), else $ATTNLIP_THREADS, else $OMP_NUM_THREADS, else the
-    cores free now (available cores minus the load average) shared by `jobs` workers, at least 1."""
-    count = threads if threads is not None else (os.environ.get(THREADS_ENV) or
-                                                 os.environ.get("OMP_NUM_THREADS", "").split(",")[0] or None)
-    if count is None:
-        return max(1, free_cores() // max(1, int(jobs)))
-    try:
-        ok = int(count) >= 1
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"threads must be a whole number >= 1, got {count!r} (from --threads, ${THREADS_ENV} or "
-                         f"$OMP_NUM_THREADS)")
-    return int(count)
+    """thread_choice(threads, jobs).count."""
+    return thread_choice(threads, jobs).count
 
 
 def init_threads(threads: Optional[int] = None, jobs: int = 1) -> int:
@@ -110,6 +175,12 @@ def init_threads(threads: Optional[int] = None, jobs: int = 1) -> int:
       descheduled takes the core from the very thread it waits for, and from other jobs;
     - torch's intra-op count is thread_count(threads, jobs): on a machine whose cores are taken, fewer threads
       than cores, since a team of threads runs at the pace of its most descheduled member.
-    Returns the count in effect."""
+    Returns the count in effect (init_threads_choice: and where it came from)."""
+    return init_threads_choice(threads, jobs).count
+
+
+def init_threads_choice(threads: Optional[int] = None, jobs: int = 1) -> ThreadChoice:
+    """init_threads, returning the ThreadChoice whose count is now in effect."""
     prefer_passive_wait()
-    return apply_threads(thread_count(threads, jobs))
+    choice = thread_choice(threads, jobs)
+    return choice._replace(count=apply_threads(choice.count))

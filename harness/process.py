@@ -1,4 +1,4 @@
-"""Process-wide memory setting of `attnlip analyze` and the benchmark reports.
+"""Process-wide memory setting of `attnlip analyze`, the benchmark reports and the experiment runner's cells.
 
 glibc's malloc serves every block above its mmap threshold (128 KiB at start; it rises with freed blocks, up to
 32 MiB) with a fresh mapping that `free` unmaps, and trims the heap top beyond its trim threshold (128 KiB, twice
@@ -11,9 +11,10 @@ layers 200.6 -> 163.8 s (docs/notes/harness.md, "Memory"). Values are unchanged 
 arithmetic). The cost is memory: the resident size keeps its high-water mark until the process ends, and the peak
 can rise (BERT-base: 1.64 -> 1.87 GB), since freed blocks are reused rather than returned.
 
-The experiment runner does not use it: its per-cell peak RSS (cell metadata, the memory-budget warning) would then
-carry an earlier cell's high-water mark into the next cell of the same worker. Python callers may call it
-themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
+The experiment runner's worker (harness.run.worker) sets it before every cell and gives the freed memory back to the
+system after the cell (`release_freed_memory`, glibc's malloc_trim), so a cell reuses its own freed blocks while
+each cell's peak RSS (cell metadata, the memory-budget warning) is still its own, not an earlier cell's high-water
+mark. Python callers may call both themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
 libraries (musl, macOS) are left alone."""
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ def retain_freed_memory() -> bool:
     if mallopt is None:
         return False
     return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+
+
+def release_freed_memory() -> bool:
+    """Give the memory freed so far back to the system (glibc's malloc_trim(0): free heap pages, top and middle).
+    True where it ran; False under another C library."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018  (glibc only)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True

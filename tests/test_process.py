@@ -67,3 +67,69 @@ def test_attnlip_analyze_applies_it(monkeypatch, capsys):
     assert entry.main(["analyze", "--model", "minilm", "--text", "x", "--eps", "-1"]) == 2  # a usage error
     assert calls == [1]
     assert "--eps" in capsys.readouterr().err
+
+
+CELLS = '''
+import time
+from harness.registry import Experiment, experiment
+
+def _rss_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2 ** 20
+
+@experiment
+class MemoryCells(Experiment):
+    name = "_fake_memory"
+    grid = {"i": [0, 1]}
+
+    def run(self, cell, ctx):
+        import torch
+        start = _rss_mib()
+        if cell["i"] == 0:  # 48 blocks of 8 MiB: under the 32 MiB mmap threshold, so they come from the heap
+            blocks = [torch.ones(2 ** 20, dtype=torch.float64) for _ in range(48)]
+            del blocks
+        return [{"start_mib": start, "kept_mib": _rss_mib() - start, "t": time.time()}]
+'''
+
+RUNNER = """
+import json, sys
+from pathlib import Path
+from harness import process, registry
+from harness import run as runner
+if sys.argv[2] == "no-trim":
+    process.release_freed_memory = lambda: False
+registry.load_module_file(sys.argv[1])
+root = Path(sys.argv[3])
+cfg = runner.RunConfig(scale="full", results_dir=root, cache_dir=root / "cache", executor="serial", progress=False,
+                       figures=False)
+runner.run(["_fake_memory"], cfg, echo=lambda *a: None)
+man = json.loads((root / "_fake_memory" / "manifest.json").read_text())
+import pandas as pd
+rows = pd.read_parquet(root / "_fake_memory" / "table.parquet").sort_values("i").to_dict("records")
+print(json.dumps({"peak": [c["peak_rss_mb"] for c in sorted(man["cells"], key=lambda c: c["params"]["i"])],
+                  "rows": rows}))
+"""
+
+
+def _cells(tmp_path, mode):
+    mod = tmp_path / "fake_memory_cells.py"
+    mod.write_text(CELLS)
+    base = {k: v for k, v in os.environ.items() if k not in (*process.USER_SETTINGS, "GLIBC_TUNABLES")}
+    r = subprocess.run([sys.executable, "-c", RUNNER, str(mod), mode, str(tmp_path / mode)], capture_output=True,
+                       text=True, env=base, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@glibc
+def test_the_runner_keeps_freed_memory_and_each_cells_peak_is_its_own(tmp_path):
+    """A cell's freed blocks stay in its process while it runs (reused, not faulted in afresh), and are given back
+    after it: the next cell's peak RSS does not carry the first cell's 384 MiB. Without the release after each cell
+    (the control run) it does, so the check can fail."""
+    got = _cells(tmp_path, "trim")
+    big, small = got["rows"]
+    assert big["t"] < small["t"]  # the big cell ran first, in the same process
+    assert big["kept_mib"] > 300  # retained within the cell (glibc alone would trim the heap top)
+    assert got["peak"][0] > 380 and got["peak"][1] < got["peak"][0] - 300, got
+    assert small["start_mib"] < big["start_mib"] + 100
+    control = _cells(tmp_path, "no-trim")
+    assert control["peak"][1] > control["peak"][0] - 50, control  # the high-water mark carried into the next cell

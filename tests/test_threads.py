@@ -1,6 +1,7 @@
 """The thread policy (harness.config.init_threads): passive OpenMP waiting set before torch loads libgomp (checked
 through libgomp's own report of its settings), the user's settings win, and the automatic count follows the cores
-that are free (affinity minus load average) shared by the workers."""
+that are free (affinity minus the cores a live /proc/stat sample finds busy; the load average only without
+/proc/stat) shared by the workers."""
 from __future__ import annotations
 
 import os
@@ -52,18 +53,59 @@ def restore_threads(monkeypatch):
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("load, jobs, expect", [(0.0, 1, 4), (1.3, 1, 3), (2.6, 1, 1), (9.0, 1, 1), (0.2, 2, 2),
-                                                (1.0, 4, 1)])
-def test_automatic_count_takes_the_free_cores(restore_threads, load, jobs, expect):
-    restore_threads.setattr(os, "getloadavg", lambda: (load, load, load))
+def fake_cpu_sample(monkeypatch, busy):
+    """/proc/stat as two readings 0.1 s apart in which CPU i was busy for the fraction busy[i] of the time."""
+    state = {"t": 0}
+
+    def reading():
+        t = state["t"]
+        state["t"] += 100
+        return {i: (int(round(b * t)), t) for i, b in enumerate(busy)}
+
+    monkeypatch.setattr(config, "_proc_stat", reading)
+
+
+@pytest.mark.parametrize("busy, jobs, expect", [((0, 0, 0, 0), 1, 4), ((1, 0.3, 0, 0), 1, 3), ((1, 1, 0.6, 0), 1, 1),
+                                                ((1, 1, 1, 1), 1, 1), ((0.2, 0, 0, 0), 2, 2), ((1, 0, 0, 0), 4, 1)])
+def test_automatic_count_takes_the_free_cores(restore_threads, busy, jobs, expect):
+    fake_cpu_sample(restore_threads, busy)
+    restore_threads.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # not read while /proc/stat answers
     assert config.init_threads(jobs=jobs) == expect == torch.get_num_threads()
 
 
+def test_the_count_follows_the_load_at_once(restore_threads):
+    """Right after a 2-core job ended, the 1-minute load average still says 1.9 while the CPUs are idle: the live
+    sample gives every core, and says where the count came from."""
+    restore_threads.setattr(os, "getloadavg", lambda: (1.9, 1.2, 0.6))
+    restore_threads.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    fake_cpu_sample(restore_threads, (0.02, 0.0))
+    got = config.init_threads_choice()
+    assert got.count == 2 and got.source == "cpu sample" and "0.02 of 2 cores busy" in got.detail
+    fake_cpu_sample(restore_threads, (1.0, 0.0))  # a job holds one core now
+    assert config.init_threads_choice().count == 1
+
+
+def test_the_real_cpu_sample_reads_this_machine():
+    busy = config.busy_cores(interval=0.05)
+    if busy is None:
+        pytest.skip("no /proc/stat here")
+    assert 0.0 <= busy <= config.available_cores() + 1e-9
+
+
+@pytest.mark.parametrize("load, expect", [(0.0, 4), (1.3, 3), (2.6, 1), (9.0, 1)])
+def test_without_proc_stat_the_load_average_decides(restore_threads, load, expect):
+    restore_threads.setattr(config, "_proc_stat", lambda: None)
+    restore_threads.setattr(os, "getloadavg", lambda: (load, load, load))
+    got = config.thread_choice()
+    assert got == (expect, "load average", f"1-minute load average {load:.2f} on 4 cores")
+
+
 def test_explicit_and_environment_counts_win(restore_threads):
-    restore_threads.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    fake_cpu_sample(restore_threads, (0, 0, 0, 0))
     assert config.init_threads(threads=3) == 3
+    assert config.thread_choice(threads=3) == (3, "--threads", "")
     restore_threads.setenv("ATTNLIP_THREADS", "2")
-    assert config.init_threads() == 2
+    assert config.init_threads() == 2 and config.thread_choice().source == "$ATTNLIP_THREADS"
     assert config.init_threads(threads=1) == 1  # --threads over the environment
     restore_threads.delenv("ATTNLIP_THREADS")
     torch.set_num_threads(3)
@@ -99,14 +141,16 @@ def test_analyze_threads_option_and_note(monkeypatch, capsys):
     for k in ("ATTNLIP_THREADS", "OMP_NUM_THREADS"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(config, "available_cores", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.4, 1.0, 1.0))  # one core looks taken
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    fake_cpu_sample(monkeypatch, (1.0, 0.4))  # one core taken
     before = torch.get_num_threads()
     count, err = _analyze_threads(monkeypatch, capsys, [])
-    assert count == 1 and "note: 1 of 2 cores (1-minute load average 1.40); --threads 2 uses all of them" in err
+    assert count == 1 and "note: 1 of 2 cores (1.40 of 2 cores busy in a 0.1 s sample); --threads 2 uses all of " \
+        "them" in err
     count, err = _analyze_threads(monkeypatch, capsys, ["--threads", "2"])
     assert count == 2 and "note:" not in err  # the user's count: no note
     assert torch.get_num_threads() == before  # the caller's count is given back
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    fake_cpu_sample(monkeypatch, (0.1, 0.0))
     count, err = _analyze_threads(monkeypatch, capsys, [])
     assert count == 2 and "note:" not in err
 

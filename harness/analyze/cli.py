@@ -85,21 +85,20 @@ def _inputs(a, model_spec, device):
 
 def threads(requested: Optional[int]) -> int:
     """The process settings of an analysis: freed memory kept for reuse (harness.process) and torch's thread count
-    (harness.config.init_threads: --threads, else the environment, else the cores free now). When the count comes
-    from the load average and leaves cores unused, one note says so: the 1-minute average lags, so right after
-    another job it can still count cores that are free by now. Returns the count."""
+    (harness.config.init_threads_choice: --threads, else the environment, else the cores a live CPU sample finds
+    free). When an automatic count leaves cores unused, one note says why and how to use them all. Returns the
+    count."""
     from harness import config, process
 
     if requested is not None and requested < 1:
         raise validate.UsageError("--threads", f"{requested} is not a thread count", "give a whole number >= 1")
     process.retain_freed_memory()
-    count = config.init_threads(requested)
+    choice = config.init_threads_choice(requested)
     cores = config.available_cores()
-    chosen = requested is None and not (os.environ.get(config.THREADS_ENV) or os.environ.get("OMP_NUM_THREADS"))
-    if chosen and count < cores and hasattr(os, "getloadavg"):
-        print(f"attnlip analyze: note: {count} of {cores} cores (1-minute load average {os.getloadavg()[0]:.2f}); "
-              f"--threads {cores} uses all of them", file=sys.stderr)
-    return count
+    if choice.source in ("cpu sample", "load average") and choice.count < cores:
+        print(f"attnlip analyze: note: {choice.count} of {cores} cores ({choice.detail}); --threads {cores} uses "
+              f"all of them", file=sys.stderr)
+    return choice.count
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -151,7 +151,7 @@ def copies(folder: Path, committed, manifest: Dict[str, Any]) -> List[str]:
     csv = next((folder / n for n in ("table.csv", "table.csv.gz") if (folder / n).is_file()), None)
     if csv is None or not (folder / "table.parquet").is_file():
         return out
-    other = pd.read_csv(csv)
+    other = pd.read_csv(csv, low_memory=False)
     if list(other.columns) != list(committed.columns) or len(other) != len(committed):
         return out + [f"{csv.name} and table.parquet hold different tables ({len(other)} x {len(other.columns)} "
                       f"against {len(committed)} x {len(committed.columns)})"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .. import config as _config
+from .. import process as _process
 from .. import registry as _registry
 from ..errors import MissingData, UnsupportedContext
 from ..context import Context, seed_everything
@@ -124,6 +125,7 @@ def run_one(spec: CellSpec) -> CellStatus:
         ctx = Context(device=spec["device"], dtype=spec["dtype"], seed=spec["seed"], scale=spec["scale"],
                       cache_dir=Path(spec["cache_dir"]), progress=spec["progress"], threads=threads)
         seed_everything(int(spec["seed"]))
+        _process.retain_freed_memory()  # the cell reuses the blocks it frees (process.py); given back after it
         with _RSS() as rss:
             rows = check_rows(exp.run(dict(spec["cell"]), ctx))
         wall = time.perf_counter() - t0
@@ -152,6 +154,7 @@ def run_one(spec: CellSpec) -> CellStatus:
                            wall_s=time.perf_counter() - t0)
     finally:
         claim.release()
+        _process.release_freed_memory()  # the next cell's peak RSS starts from what this process holds, not ours
     return status
 
 
