@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..config import device_kind
-from ..store.atomic import atomic_write_bytes, atomic_write_text
+from ..store.atomic import atomic_write_bytes, atomic_write_text, pid_alive
 from ..store.cells import CellCache, CellRecord, CorruptCell
 from .specs import CellStatus
 
@@ -27,16 +27,64 @@ CSV_LIMIT = 5_000_000  # bytes: a larger table.csv is written gzipped (table.csv
 
 
 def write_csv(outdir: Path, text: str) -> Path:
-    """table.csv, or table.csv.gz when the text is over CSV_LIMIT bytes (the other name is removed)."""
+    """table.csv, or table.csv.gz when the text is over CSV_LIMIT bytes (the other name is removed once the new file
+    is in place: a kill at any instant leaves one of them)."""
     import gzip
 
     plain, packed = outdir / "table.csv", outdir / "table.csv.gz"
     data = text.encode()
     if len(data) <= CSV_LIMIT:
+        out = atomic_write_bytes(plain, data)
         packed.unlink(missing_ok=True)
-        return atomic_write_bytes(plain, data)
+        return out
+    out = atomic_write_bytes(packed, gzip.compress(data, mtime=0))
     plain.unlink(missing_ok=True)
-    return atomic_write_bytes(packed, gzip.compress(data, mtime=0))
+    return out
+
+
+STAGING = ".figures-staging-"  # + pid: figures are rendered here, then moved into figures/ one by one
+
+
+def render_figures(exp, table, outdir: Path) -> List[str]:
+    """Render exp.figures into a staging folder beside figures/, then move each file into figures/ with os.replace
+    and only then remove the figures the new set no longer has: a kill at any instant leaves every committed figure
+    either old or new, never missing or truncated. A failure leaves figures/ as it was. Returns the paths relative
+    to outdir."""
+    import os
+    import shutil
+
+    figdir = outdir / "figures"
+    for stale in outdir.glob(STAGING + "*"):  # left by a killed run
+        pid = stale.name[len(STAGING):]
+        if not (pid.isdigit() and pid_alive(int(pid))):
+            shutil.rmtree(stale, ignore_errors=True)
+    stage = outdir / f"{STAGING}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        paths = exp.figures(table.copy(), stage) or []
+        made = [f for f in sorted(stage.rglob("*")) if f.is_file()]
+        figdir.mkdir(exist_ok=True)
+        for f in made:
+            dest = figdir / f.relative_to(stage)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, dest)
+        keep = {figdir / f.relative_to(stage) for f in made}
+        for old in list(figdir.glob("*.png")) + list(figdir.glob("*.pdf")):
+            if old not in keep:
+                old.unlink()
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    out = []
+    for x in paths:
+        x = Path(x)
+        if x.is_absolute() and x.is_relative_to(stage):
+            x = figdir / x.relative_to(stage)
+        out.append(str(x.relative_to(outdir)) if x.is_absolute() and x.is_relative_to(outdir) else str(x))
+    return out
 
 
 def _record(store: CellCache, t, statuses: Optional[Statuses]) -> Optional[CellRecord]:
@@ -122,18 +170,9 @@ def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional
     outdir.mkdir(parents=True, exist_ok=True)
     write_csv(outdir, table.to_csv(index=False))
     atomic_write_bytes(outdir / "table.parquet", parquet_bytes(table))
-    figdir = outdir / "figures"
     if cfg.figures:
-        figdir.mkdir(exist_ok=True)
-        for old in list(figdir.glob("*.png")) + list(figdir.glob("*.pdf")):
-            old.unlink()
         try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            paths = exp.figures(table.copy(), figdir) or []
-            report["figures"] = [str(Path(x).relative_to(outdir)) if Path(x).is_absolute() and
-                                 Path(x).is_relative_to(outdir) else str(x) for x in paths]
+            report["figures"] = render_figures(exp, table, outdir)
         except OSError as e:  # disk full / unwritable: the real cause, not a figure bug
             report["figure_error"] = f"writing figures failed: {e.__class__.__name__}: {e}"
         except Exception as e:  # noqa: BLE001 - reported, run continues
