@@ -92,6 +92,27 @@ def test_unwritable_cache_reports_and_keeps_rows(fake, tmp_path, monkeypatch):
     assert rc == 1 and any("1 missing" in l for l in lines)
 
 
+def test_a_full_cache_disk_is_one_line_and_the_run_goes_on(fake, tmp_path, monkeypatch):
+    """ENOSPC at the cell write and at the claim: every cell is still computed and its rows kept, the result line
+    says "cache disk full: N MB free at PATH", and no claim is left to stall a later run."""
+    import errno
+
+    from harness.store import claims
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cells.CellCache, "save", full)
+    monkeypatch.setattr(claims, "_create", full)
+    cfg = runner.RunConfig(results_dir=tmp_path / "r", progress=False, figures=False, jobs=1)
+    lines = []
+    (r,) = runner.run(["_fake_squares"], cfg, echo=lines.append)
+    assert (r.computed, r.uncached, r.failed) == (6, 6, 0)
+    assert any("6 NOT CACHED (cache disk full: " in l and " MB free at " in l for l in lines), lines
+    assert len(pd.read_csv(tmp_path / "r" / "_fake_squares" / "table.csv")) == 12
+    assert not list((tmp_path / "r" / "cache").rglob("*.claim"))
+
+
 def test_full_disk_while_writing_outputs_names_the_cause(fake, tmp_path, monkeypatch):
     from harness.run import outputs
 

@@ -1,4 +1,5 @@
 """harness.store: canonical JSON, atomic writes, checksummed cell files, claims, safe artifacts."""
+import json
 import math
 import os
 import stat
@@ -147,3 +148,38 @@ def test_claims_exclusive_and_stale_takeover(tmp_path):
     c2 = claims.try_claim(tmp_path, "e", "k2")
     assert c2 is not None
     c2.release()
+
+
+def test_claims_are_written_whole_and_unreadable_ones_are_stale_at_once(tmp_path):
+    """An empty or garbled claim (a full disk under an older writer, a crash) never stalls a run: it is taken over
+    at once. A claim is created whole (temp file + link): no reader sees it empty."""
+    p = claims.claim_path(tmp_path, "e", "k")
+    p.parent.mkdir(parents=True)
+    for debris in (b"", b"{\"host\": ", b"[1, 2]"):
+        p.write_bytes(debris)
+        assert claims.is_stale(p)
+        c = claims.try_claim(tmp_path, "e", "k")
+        assert c is not None and c.held and claims.holder(p)["pid"] == os.getpid()
+        c.release()
+        assert not p.exists()
+    assert not [f for f in p.parent.iterdir()]  # no temp file left beside the claims
+
+
+def test_a_full_cache_disk_gives_a_pseudo_claim_and_one_line(tmp_path, monkeypatch):
+    import errno
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(claims, "_create", full)
+    c = claims.try_claim(tmp_path, "e", "k")
+    assert c is not None and not c.held  # the cell is computed without coordination
+    other = claims.claim_path(tmp_path, "e", "k")
+    other.parent.mkdir(parents=True, exist_ok=True)
+    other.write_text(json.dumps({"host": "elsewhere", "pid": 1, "time": 0}))
+    c.release()
+    assert other.exists()  # a pseudo-claim never removes a claim it does not hold
+    line = atomic.os_error_line(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "cache" / "cells")
+    assert line.startswith("cache disk full: ") and " MB free at " in line and str(tmp_path) in line
+    assert atomic.os_error_line(PermissionError(13, "Permission denied"), tmp_path) == \
+        "PermissionError: [Errno 13] Permission denied"

@@ -44,6 +44,7 @@ class ExpResult:
     missing: int = 0  # --collect: cells not in the cache
     elsewhere: int = 0  # computed by another runner on the same cache while this one waited
     uncached: int = 0  # computed but the cache could not be written (read-only / full)
+    cache_error: str = ""  # why, once ("cache disk full: N MB free at PATH")
     wall_s: float = 0.0
     errors: List[CellStatus] = field(default_factory=list)
     figure_error: Optional[str] = None
@@ -57,7 +58,7 @@ class ExpResult:
         extra += f", {self.corrupt} corrupt->recomputed" if self.corrupt else ""
         extra += f", {self.missing} missing (not computed)" if self.missing else ""
         extra += f", {self.elsewhere} computed by another runner" if self.elsewhere else ""
-        extra += f", {self.uncached} NOT CACHED (cache unwritable)" if self.uncached else ""
+        extra += f", {self.uncached} NOT CACHED ({self.cache_error or 'cache unwritable'})" if self.uncached else ""
         extra += ", FIGURES FAILED" if self.figure_error else ""
         extra += ", outputs there KEPT (incomplete result not written)" if self.kept else ""
         return (f"{self.name}: {self.n_cells} cells: {self.computed} computed, {self.cached} cached, "
@@ -148,6 +149,7 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
             if st["status"] == "ok":
                 r.computed += 1
                 r.uncached += not st.get("cached", True)
+                r.cache_error = r.cache_error or str(st.get("cache_error") or "")
             elif st["status"] == "elsewhere":
                 r.elsewhere += 1
             elif st["status"] == "missing_data":

@@ -21,7 +21,7 @@ from ..errors import MissingData, UnsupportedContext
 from ..context import Context, seed_everything
 from ..registry import Experiment
 from ..store import claims as _claims
-from ..store.atomic import atomic_write_text, canonical_json
+from ..store.atomic import atomic_write_text, canonical_json, os_error_line
 from ..store.cells import CellCache, CellRecord
 from .specs import CellSpec, CellStatus, status_of
 
@@ -138,7 +138,7 @@ def run_one(spec: CellSpec) -> CellStatus:
             CellCache(spec["cache_dir"]).save(record)
             cache = {"cached": True}
         except OSError as e:  # read-only or full cache: the rows are still reported, with the real cause
-            cache = {"cached": False, "cache_error": f"{e.__class__.__name__}: {e}", "record": record}
+            cache = {"cached": False, "cache_error": os_error_line(e, spec["cache_dir"]), "record": record}
         _failure_log(spec, None)
         status = status_of(spec, "ok", **cache, **meta, n_rows=len(rows))
     except UnsupportedContext as e:

@@ -65,6 +65,24 @@ def atomic_write_text(path: Union[str, Path], text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
+def os_error_line(e: OSError, path: Union[str, Path]) -> str:
+    """One line for a failed write under `path`: "cache disk full: N MB free at PATH" for ENOSPC (and EDQUOT), else
+    the error's class and message."""
+    import errno
+    import shutil
+
+    if getattr(e, "errno", None) in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        where = Path(path)
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        try:
+            free = f"{shutil.disk_usage(where).free / 2 ** 20:.0f} MB free"
+        except OSError:
+            free = "free space unknown"
+        return f"cache disk full: {free} at {where}"
+    return f"{e.__class__.__name__}: {e}"
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

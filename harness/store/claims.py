@@ -1,8 +1,12 @@
 """Per-cell claims: two runners (or workers) on one cache split the work instead of both computing every cell.
 
-A claim is `<cache>/claims/<experiment>/<key>.claim`, created with O_EXCL and holding host, pid and time; its
-holder refreshes its mtime (heartbeat) while it computes. A claim is stale, and taken over, when its process
-is gone (same host) or its heartbeat is older than `STALE_S` (another host).
+A claim is `<cache>/claims/<experiment>/<key>.claim` holding host, pid and time. It is written whole to a
+temporary file and then hard-linked to its name (which fails if the name exists), so a claim is never seen empty
+or half-written; its holder refreshes its mtime (heartbeat) while it computes. A claim is stale, and taken over,
+when its process is gone (same host), its heartbeat is older than `STALE_S` (another host), or it cannot be read
+(a claim is only ever written whole, so an unreadable one is debris: a full disk, a crash of an older writer).
+A cache that cannot hold a claim (read-only, full disk) gives a pseudo-claim: the cell is computed without
+coordination, and releasing it removes nothing.
 """
 from __future__ import annotations
 
@@ -15,7 +19,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .atomic import pid_alive
+import errno
+import tempfile
+
+from .atomic import TMP_MARK, pid_alive
 
 STALE_S = 300.0
 HEARTBEAT_S = 20.0
@@ -39,7 +46,9 @@ def is_stale(path: Path) -> bool:
         age = time.time() - path.stat().st_mtime
     except FileNotFoundError:
         return True
-    if info and info.get("host") == socket.gethostname():
+    if not isinstance(info, dict):
+        return True  # unreadable: claims are written whole, so this one is debris
+    if info.get("host") == socket.gethostname():
         return not pid_alive(int(info.get("pid", -1)))
     return age > STALE_S
 
@@ -47,11 +56,12 @@ def is_stale(path: Path) -> bool:
 class Claim:
     """A held claim; `release()` (or the context manager) removes it. Heartbeats in a daemon thread."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, held: bool = True):
+        self.path, self.held = path, held  # held False: a pseudo-claim (the cache could not hold one)
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._beat, daemon=True)
-        self._t.start()
+        if held:
+            self._t.start()
 
     def _beat(self):
         while not self._stop.wait(HEARTBEAT_S):
@@ -60,8 +70,9 @@ class Claim:
 
     def release(self) -> None:
         self._stop.set()
-        with contextlib.suppress(OSError):
-            self.path.unlink()
+        if self.held:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
     def __enter__(self):
         return self
@@ -70,25 +81,46 @@ class Claim:
         self.release()
 
 
+def _create(path: Path, body: bytes) -> None:
+    """Create the claim file whole, or FileExistsError when it exists (temp file + hard link; O_EXCL and one write
+    where the file system has no hard links)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}{socket.gethostname()}.{os.getpid()}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+        try:
+            os.link(tmp, path)
+            return
+        except FileExistsError:
+            raise
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+        fd2 = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        with os.fdopen(fd2, "wb") as fh:
+            fh.write(body)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def try_claim(cache_dir, experiment: str, key: str) -> Optional[Claim]:
-    """Claim a cell; None when a live holder has it. A stale claim is taken over. An unwritable cache gives a
-    pseudo-claim (nothing to coordinate through; the cell is computed)."""
+    """Claim a cell; None when a live holder has it. A stale claim is taken over. A cache that cannot hold a claim
+    (read-only, disk full) gives a pseudo-claim (nothing to coordinate through; the cell is computed)."""
     path = claim_path(cache_dir, experiment, key)
     body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode()
     for _ in range(3):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            _create(path, body)
         except FileExistsError:
             if is_stale(path):
                 with contextlib.suppress(OSError):
                     path.unlink()
                 continue
             return None
-        except OSError:  # read-only cache
-            return Claim(path)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
+        except OSError:  # read-only or full cache
+            return Claim(path, held=False)
         return Claim(path)
     return None
 
