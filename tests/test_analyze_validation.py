@@ -100,6 +100,35 @@ def test_empty_texts_are_refused(folders, capsys, tmp_path):
              "is not a file")
 
 
+def test_out_is_checked_before_computing(folders, capsys, tmp_path):
+    """--out must be a writable folder outside run_all.py's results: refused before any model loads, one line."""
+    from harness.store.codehash import REPO_ROOT
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    _refused(capsys, ["--model", folders["ok"], "--text", TEXT, "--out", str(a_file)], "--out", "is a file",
+             "name a folder")
+    assert a_file.read_text() == "keep me"
+    committed = REPO_ROOT / "results" / "quick" / "castin_gamma"
+    before = {f: f.read_bytes() for f in committed.rglob("*") if f.is_file()} if committed.is_dir() else {}
+    _refused(capsys, ["--model", folders["ok"], "--text", TEXT, "--out", str(committed)], "--out",
+             "holds results of run_all.py", "outside results/")
+    assert {f: f.read_bytes() for f in committed.rglob("*") if f.is_file()} == before
+    run_output = tmp_path / "elsewhere"
+    run_output.mkdir()
+    (run_output / "manifest.json").write_text('{"experiment": "castin_gamma", "cells": []}')
+    _refused(capsys, ["--model", folders["ok"], "--text", TEXT, "--out", str(run_output)], "--out",
+             "holds results of run_all.py")
+    _refused(capsys, ["--model", folders["ok"], "--text", TEXT, "--out", str(a_file / "sub")], "--out",
+             "not writable", "a folder you can write to")
+
+
+def test_without_out_it_says_nothing_was_written(folders, capsys):
+    assert cli.main(["--model", folders["ok"], "--text", TEXT, "--layers", "0", "--eps", "0", "--pgd-steps", "0",
+                     "--no-progress"]) in (0, 1)
+    assert "nothing written (--out FOLDER keeps" in capsys.readouterr().err
+
+
 # ---- the model and its tokenizer ------------------------------------------------------------------------------
 def test_missing_model_names_the_real_fix(capsys, tmp_path):
     msg = _refused(capsys, ["--model", str(tmp_path / "no_such_model"), "--text", TEXT], "--model",

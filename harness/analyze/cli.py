@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import List, Optional
 
 from harness.analyze import validate
@@ -115,12 +116,42 @@ def main(argv: Optional[List[str]] = None) -> int:
         torch.set_num_threads(before)  # in-process callers get their thread count back
 
 
+def check_out(out: Optional[str]) -> Optional[Path]:
+    """--out, checked before anything is computed: a folder (created if absent) that is writable and not part of
+    the experiment runner's results (results/ of this checkout, or any folder holding a run_all.py manifest), so an
+    analysis never overwrites committed results and never fails after computing."""
+    if not out:
+        return None
+    from harness.store.codehash import REPO_ROOT
+
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise validate.UsageError("--out", f"{out} is a file, not a folder", "name a folder (created if absent)")
+    resolved = path.resolve()
+    results = (REPO_ROOT / "results").resolve()
+    ours = resolved == results or resolved.is_relative_to(results) and not resolved.is_relative_to(results / "cache")
+    man = path / "manifest.json"
+    if ours or (man.is_file() and '"experiment"' in man.read_text(errors="replace")[:4000]):
+        raise validate.UsageError("--out", f"{out} holds results of run_all.py, which an analysis would overwrite",
+                                  "name a folder outside results/ (e.g. --out analyze-out)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".attnlip-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise validate.UsageError("--out", f"{out} is not writable ({e.__class__.__name__}: {e.strerror or e})",
+                                  "name a folder you can write to") from None
+    return path
+
+
 def _run(a) -> int:
     from harness.analyze import core, report
 
     try:
         threads(a.threads)
         validate.check_options(a)
+        check_out(a.out)
         layers = None if a.layers is None else validate.parse_layers(a.layers)
         methods = None if a.methods is None else [m.strip() for m in a.methods.split(",") if m.strip()]
         inputs = _inputs(a, a.model, a.device)
@@ -140,9 +171,16 @@ def _run(a) -> int:
     print(report.layer_table(df))
     bad = report.unsound(df)
     if a.out:
-        report.write(df, a.out, meta)
-        print(f"wrote {a.out}/table.csv, table.parquet, distribution.csv, heatmap.png, layers.png, summary.md, "
-              f"report.json ({meta['total_s']:.1f} s)")
+        try:
+            report.write(df, a.out, meta)
+        except OSError as e:  # checked writable before computing; the disk filled up or the folder went away since
+            print(f"attnlip analyze: error: writing {a.out} failed: {e.__class__.__name__}: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {Path(a.out) / 'table.csv'}, table.parquet, distribution.csv, heatmap.png, layers.png, "
+              f"summary.md, report.json ({meta['total_s']:.1f} s)")
+    else:
+        print("attnlip analyze: note: nothing written (--out FOLDER keeps the table, figures and summary)",
+              file=sys.stderr)
     if len(bad):
         print(f"UNSOUND: {', '.join(sorted(set(bad['method'])))} below the truth at {len(bad)} row(s)",
               file=sys.stderr)
