@@ -123,6 +123,46 @@ def test_out_is_checked_before_computing(folders, capsys, tmp_path):
              "not writable", "a folder you can write to")
 
 
+def _copy(folder, dst):
+    import shutil
+
+    shutil.copytree(folder, dst)
+    return dst
+
+
+def test_a_model_folder_that_would_run_code_is_refused(folders, capsys, tmp_path, monkeypatch):
+    """auto_map, an unknown model_type or pickle-only weights: refused before transformers opens the folder, so
+    its custom-code prompt never appears and a piped `y` runs nothing."""
+    import json
+
+    marker = tmp_path / "ran"
+    planted = f"open({str(marker)!r}, 'w').write('code ran')\n"
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("y\ny\ny\n"))  # a user answering yes
+    remote = _copy(folders["ok"], tmp_path / "remote")
+    (remote / "evil.py").write_text(planted + "from transformers import BertConfig as EvilConfig\n"
+                                    "from transformers import BertModel as EvilModel\n")
+    cfg = json.loads((remote / "config.json").read_text())
+    cfg.update(model_type="evil-net", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"})
+    (remote / "config.json").write_text(json.dumps(cfg))
+    _refused(capsys, ["--model", str(remote), "--text", TEXT], "--model", "auto_map", "never runs code")
+    del cfg["auto_map"]
+    (remote / "config.json").write_text(json.dumps(cfg))
+    _refused(capsys, ["--model", str(remote), "--text", TEXT], "--model", "model_type 'evil-net'")
+    tok = _copy(folders["ok"], tmp_path / "tok")
+    tcfg = json.loads((tok / "tokenizer_config.json").read_text())
+    tcfg["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    (tok / "tokenizer_config.json").write_text(json.dumps(tcfg))
+    _refused(capsys, ["--model", str(tok), "--text", TEXT], "--model", "tokenizer_config.json", "auto_map")
+    pickled = _copy(folders["ok"], tmp_path / "pickled")
+    for f in pickled.glob("*.safetensors"):
+        f.unlink()
+    (pickled / "pytorch_model.bin").write_bytes(b"not even a pickle")
+    _refused(capsys, ["--model", str(pickled), "--text", TEXT], "--model", "pytorch_model.bin", "safetensors")
+    (remote / "config.json").write_text("{not json")
+    _refused(capsys, ["--model", str(remote), "--text", TEXT], "--model", "not readable JSON")
+    assert not marker.exists()
+
+
 def test_without_out_it_says_nothing_was_written(folders, capsys):
     assert cli.main(["--model", folders["ok"], "--text", TEXT, "--layers", "0", "--eps", "0", "--pgd-steps", "0",
                      "--no-progress"]) in (0, 1)

@@ -145,6 +145,53 @@ def check_out(out: Optional[str]) -> Optional[Path]:
     return path
 
 
+PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_model_folder(model: str) -> None:
+    """A model folder is a file a user hands us: refuse, before transformers opens it, one that would run code.
+    - config.json (or tokenizer_config.json) with an `auto_map`, or a `model_type` transformers does not know: the
+      folder's own Python would be needed (transformers asks "run the custom code? [y/N]" on stdin, and any `y`
+      runs it). AttnLip never runs code from a model folder.
+    - weights only in pickle files (pytorch_model.bin, *.pt, ...): unpickling can run code; safetensors cannot.
+    A UsageError names the file and what to do."""
+    import json
+
+    folder = Path(model)
+    if not folder.is_dir():
+        return
+    for name in ("config.json", "tokenizer_config.json"):
+        f = folder / name
+        if not f.is_file():
+            continue
+        try:
+            cfg = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise validate.UsageError("--model", f"{f} is not readable JSON ({e.__class__.__name__})",
+                                      "save the model again with model.save_pretrained(DIR)") from None
+        if not isinstance(cfg, dict):
+            raise validate.UsageError("--model", f"{f} holds no JSON object", "save the model again with "
+                                      "model.save_pretrained(DIR)")
+        if "auto_map" in cfg:
+            raise validate.UsageError("--model", f"{f} asks to run the folder's own Python code (auto_map); AttnLip "
+                                      "never runs code from a model folder", "use a model whose architecture "
+                                      "transformers ships (a standard model_type) and drop auto_map")
+        if name == "config.json":
+            from transformers import CONFIG_MAPPING
+
+            kind = cfg.get("model_type")
+            if kind not in CONFIG_MAPPING:
+                raise validate.UsageError("--model", f"{f}: model_type {kind!r} is not an architecture transformers "
+                                          "ships, so only the folder's own code could build it, which AttnLip never "
+                                          "runs", "save a model of a standard architecture (bert, gpt2, llama, ...)")
+    weights = [p.name for pat in ("*.safetensors",) for p in folder.glob(pat)]
+    pickled = sorted(p.name for pat in PICKLED for p in folder.glob(pat))
+    if pickled and not weights:
+        raise validate.UsageError("--model", f"{folder} holds its weights only as pickle ({', '.join(pickled[:3])}), "
+                                  "which can run code when loaded", "convert them to safetensors where you trust "
+                                  "the file: model.save_pretrained(DIR, safe_serialization=True)")
+
+
 def _run(a) -> int:
     from harness.analyze import core, report
 
@@ -152,6 +199,7 @@ def _run(a) -> int:
         threads(a.threads)
         validate.check_options(a)
         check_out(a.out)
+        check_model_folder(a.model)
         layers = None if a.layers is None else validate.parse_layers(a.layers)
         methods = None if a.methods is None else [m.strip() for m in a.methods.split(",") if m.strip()]
         inputs = _inputs(a, a.model, a.device)
