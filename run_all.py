@@ -2,9 +2,12 @@
 """Run every registered AttnLip experiment (cached per cell) and regenerate results/; see --help."""
 import sys
 
-from harness import config
+from harness import config, network
 
 config.prefer_passive_wait()  # before torch loads libgomp (harness.config.init_threads)
+_note = network.offline_if_unreachable()  # before the hub libraries read their offline variables
+if _note:
+    print(f"run_all.py: {_note}", file=sys.stderr)
 
 from harness.cli import main  # noqa: E402
 

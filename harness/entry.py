@@ -21,9 +21,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    from harness import config
+    from harness import config, network
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
+    note = network.offline_if_unreachable() if cmd in ("analyze", "run", "data") else None
+    if note:  # before the hub libraries read their offline variables
+        print(f"attnlip: {note}", file=sys.stderr)
     if cmd == "analyze":  # its threads and memory settings: harness.analyze.cli.threads
         from harness.analyze.cli import main as analyze_main
 

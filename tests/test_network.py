@@ -1,0 +1,91 @@
+"""harness.network: without a network, one short probe turns downloads off for the command (no minute of retries);
+the environment's own setting always wins; with a network nothing changes."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from harness import network
+from harness.store.codehash import REPO_ROOT
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for v in network.DECIDED + ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "HF_ENDPOINT"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(network, "_DONE", {})
+    return monkeypatch
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_unreachable_endpoint_turns_downloads_off_quickly(clean_env):
+    clean_env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    t0 = time.perf_counter()
+    note = network.offline_if_unreachable()
+    assert time.perf_counter() - t0 < 2.0
+    assert note and "no network" in note and "ATTNLIP_OFFLINE=1" in note
+    assert all(os.environ[v] == "1" for v in network.OFFLINE_VARS)
+    assert network.offline_if_unreachable() is None  # once per process
+
+
+def test_a_silent_endpoint_is_reported_as_such(clean_env):
+    def silent(addr, timeout):
+        time.sleep(min(timeout, 0.2))
+        raise socket.timeout("timed out")
+
+    clean_env.setattr(network.socket, "create_connection", silent)
+    assert network.probe(timeout=0.2) == "no answer from huggingface.co:443 within 0.2 s"
+
+
+def test_a_reachable_endpoint_changes_nothing(clean_env):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    threading.Thread(target=lambda: srv.accept(), daemon=True).start()
+    clean_env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{srv.getsockname()[1]}")
+    assert network.offline_if_unreachable() is None
+    assert not any(os.environ.get(v) for v in network.OFFLINE_VARS)
+    srv.close()
+
+
+@pytest.mark.parametrize("var, value", [("ATTNLIP_OFFLINE", "1"), ("HF_HUB_OFFLINE", "1"), ("ATTNLIP_OFFLINE", "0")])
+def test_the_environment_decides_without_a_probe(clean_env, var, value):
+    clean_env.setenv(var, value)
+    clean_env.setattr(network, "probe", lambda timeout=0: pytest.fail("probed although the environment decides"))
+    assert network.offline_if_unreachable() is None
+
+
+def test_the_proxy_is_what_is_probed(clean_env):
+    clean_env.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert network.endpoint() == ("proxy.example", 3128)
+
+
+def test_run_all_without_network_spends_no_time_on_retries(tmp_path):
+    """`run_all.py --dry-run --quick` with nothing set and an unreachable hub: one note, downloads off, done in
+    seconds (no retry of any download), the missing items named by the dry run."""
+    env = {k: v for k, v in os.environ.items() if k not in network.DECIDED + ("ATTNLIP_DATA", "NLTK_DATA", "HF_HOME")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}", HOME=str(tmp_path), HF_HOME=str(tmp_path / "hf"),
+               NLTK_DATA=str(tmp_path / "nltk"))
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "run_all.py", "--dry-run", "--quick", "jasmin_g1_ratio", "--no-progress",
+                        "--results-dir", str(tmp_path / "res")], cwd=REPO_ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    took = time.perf_counter() - t0
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert out.count("note: no network") == 1 and "Traceback" not in out
+    assert "would skip: dataset 'alice' is not available" in out and "attnlip data fetch alice" in out
+    assert took < 60, took  # imports only; 47-70 s of retries before the probe
