@@ -29,17 +29,23 @@ TRIM_THRESHOLD = 2 ** 31 - 1  # mallopt takes an int: never trim below 2 GiB of 
 USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
-def _mallopt():
-    """glibc's mallopt, or None under another C library."""
+def _glibc(name: str):
+    """The function `name` of glibc, or None under another C library."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018  (glibc only)
-        mallopt = libc.mallopt
+        return getattr(libc, name)
     except (OSError, AttributeError):
         return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+
+
+def _mallopt():
+    """glibc's mallopt, or None under another C library."""
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt
 
 
@@ -60,13 +66,8 @@ def retain_freed_memory() -> bool:
 def release_freed_memory() -> bool:
     """Give the memory freed so far back to the system (glibc's malloc_trim(0): free heap pages, top and middle).
     True where it ran; False under another C library."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018  (glibc only)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
