@@ -2,7 +2,11 @@
 """Run every registered AttnLip experiment (cached per cell) and regenerate results/; see --help."""
 import sys
 
-from harness import config, network
+from harness import venv_check
+
+venv_check.require("run_all.py")  # one line, not a traceback, outside the venv
+
+from harness import config, network  # noqa: E402
 
 config.prefer_passive_wait()  # before torch loads libgomp (harness.config.init_threads)
 _note = network.offline_if_unreachable()  # before the hub libraries read their offline variables

@@ -31,7 +31,7 @@ INFRASTRUCTURE: Tuple[str, ...] = (
     "harness.grid",                     # grid expansion: the cell parameters are key fields themselves
     "harness.config",                   # scales, dtype names, device resolution, the thread policy
     "harness.process",                  # allocator policy of the entry points
-    "harness.network",                  # whether downloads are attempted (resolved sources are key fields)
+    "harness.network", "harness.venv_check",                  # whether downloads are attempted (resolved sources are key fields)
     "harness.errors",                   # exception classes (a failed cell is never cached)
     "harness.plugins",                  # loads plug-in bounds by name; each plug-in is keyed by its own source
     "harness.cli", "harness.entry", "harness.lockfile",

@@ -21,6 +21,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    from harness import venv_check
+
+    venv_check.require("attnlip")
     from harness import config, network
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads

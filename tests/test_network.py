@@ -89,3 +89,27 @@ def test_run_all_without_network_spends_no_time_on_retries(tmp_path):
     assert out.count("note: no network") == 1 and "Traceback" not in out
     assert "would skip: dataset 'alice' is not available" in out and "attnlip data fetch alice" in out
     assert took < 60, took  # imports only; 47-70 s of retries before the probe
+
+
+def test_outside_the_venv_one_line_not_a_traceback(tmp_path):
+    """A Python without the project's packages (system python3 instead of the venv): one line naming the missing
+    package and how to run inside the venv, exit 2, for run_all.py and attnlip."""
+    import venv
+
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "bare")
+    py = str(tmp_path / "bare" / "bin" / "python")
+    for args, prog in ((["run_all.py", "--list"], "run_all.py"), (["-m", "harness.entry", "data", "list"], "attnlip")):
+        r = subprocess.run([py, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                           env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)})
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: torch is not installed in this Python")
+        assert "source .venv/bin/activate" in lines[0] and "make install" in lines[0]
+
+
+def test_attnlip_data_alone_lists_its_commands(capsys):
+    from harness.data import cli as data_cli
+
+    assert data_cli.main([]) == 2
+    out = capsys.readouterr().out
+    assert "{list,fetch}" in out and "the following arguments are required" not in out

@@ -71,6 +71,10 @@ def cmd_fetch(names: List[str], out=print, err=None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # the commands, not argparse's "the following arguments are required: cmd"
+        _parser().print_help()
+        return 2
     a = _parser().parse_args(argv)
     if a.cmd == "list":
         return cmd_list()
