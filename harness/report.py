@@ -79,6 +79,11 @@ def experiment_section(expdir: Path, prefix: str = "") -> str:
         f"Data: [{data}]({link}/{data}), [manifest.json]({link}/manifest.json).*",
         "",
     ]
+    v = man.get("verified") or {}
+    if v.get("result") == "reproduced":
+        lines += [f"*Verified at commit {str(v.get('commit'))[:10]} ({str(v.get('at', ''))[:10]}): "
+                  f"{len(v.get('cells') or [])} of {v.get('n_committed_cells')} cells recomputed from an empty cache "
+                  f"reproduce these numbers within the experiment's tolerance (`run_all.py --verify`).*", ""]
     if not man.get("complete", True):
         lines += ["> **Incomplete:** some cells are missing or failed; see manifest.json.", ""]
     figs = sorted((expdir / "figures").glob("*.png")) if (expdir / "figures").is_dir() else []

@@ -155,6 +155,8 @@ def test_stamp_records_the_verification_and_catches_later_edits(results_copy, ca
     assert sorted(v["cells"]) == sorted(pd.read_parquet(folder / "table.parquet")["cell"].unique())
     assert set(v["tables"]) == {"table.csv", "table.parquet"} and v["code_hash"]
     assert man["cells"] and man["code_hash"]  # what originally computed the numbers is kept
+    readme = (root / "quick" / "README.md").read_text()  # the reader sees the stamp
+    assert f"## `{name}`" in readme and "*Verified at commit c0ffeec0ff (" in readme
     code, out = _run(["--verify", "--quick", "--no-progress", "--results-dir", str(root), name], capsys)
     assert code == 0 and "this compute code verified at commit c0ffeec0ffee" in out, out
     # an edit of both copies after the stamp (so that they agree) is still caught

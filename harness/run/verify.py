@@ -283,7 +283,14 @@ def main(names: Sequence[str], cfg: RunConfig, n: Optional[str] = None, echo=pri
             if r.status == REPRODUCED:
                 folder = RunConfig(scale=r.scale, results_dir=root).output_root / r.name
                 _stamp.stamp(folder, r, commit)
-        done = [f"{r.name} ({r.scale})" for r in results if r.status == REPRODUCED]
+        done = [r for r in results if r.status == REPRODUCED]
         echo(f"stamped {len(done)} manifest(s) with commit {commit[:12]}" if done else "stamped nothing: no "
              "experiment reproduced")
+        if done:  # the READMEs show each stamp
+            from .. import report as _report
+
+            for scale in sorted({r.scale for r in done}):
+                out = RunConfig(scale=scale, results_dir=root).output_root
+                _report.write_readme(out, canonical=root if out == RunConfig(scale="full", results_dir=root)
+                                     .output_root else None)
     return exit_status(results)
