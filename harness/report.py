@@ -108,7 +108,7 @@ def _data_used(expdir: Path) -> str:
     import pandas as pd
 
     try:
-        t = pd.read_csv(_csv(expdir), usecols=["cell", "data_used"])
+        t = pd.read_csv(_csv(expdir), usecols=["cell", "data_used"], low_memory=False)
     except (ValueError, OSError):
         return ""
     per = t.dropna().drop_duplicates("cell")["data_used"].value_counts()
@@ -140,7 +140,7 @@ def _summary(name: str, expdir: Path) -> str:
     try:
         import pandas as pd
 
-        table = pd.read_csv(_csv(expdir))
+        table = pd.read_csv(_csv(expdir), low_memory=False)
         return exp.summary(table) or ""
     except Exception as e:  # noqa: BLE001 - a broken summary must not block the README
         return f"_summary() failed: {e.__class__.__name__}: {e}_\n\n<!-- {traceback.format_exc()} -->"
