@@ -223,10 +223,18 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
             continue
         if table is None or not {"method", "sound"} <= set(table.columns):
             continue
-        bad = table[table["method"].isin(names) & (table["sound"].astype(str).str.lower() == "false")]
-        for m, g in bad.groupby("method"):
+        import numpy as np
+        import pandas as pd
+
+        mine = table["method"].isin(names)
+        below = mine & (table["sound"].astype(str).str.lower() == "false")
+        nonfinite = mine & ~np.isfinite(pd.to_numeric(table["value"], errors="coerce").to_numpy(dtype=float))
+        for m, g in table[below].groupby("method"):
             lines.append(f"  [{r.name}] {m}: {len(g)} of {int(table['method'].eq(m).sum())} values below the truth "
                          f"(worst value/truth {float((g['value'] / g['truth']).min()):.3g})")
+        for m, g in table[nonfinite].groupby("method"):
+            lines.append(f"  [{r.name}] {m}: {len(g)} of {int(table['method'].eq(m).sum())} values are not a finite "
+                         f"number (NaN or infinity bounds nothing)")
     return "\n".join(lines)
 
 
@@ -329,7 +337,8 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
     bad = [r for r in results if not r.ok]
     unsound = unsound_plugins(results, cfg.bounds)
     if unsound:
-        print("UNSOUND plug-in bound(s): below the truth (or a certificate broken by PGD) at some input:\n" + unsound,
+        print("UNSOUND plug-in bound(s): below the truth, not a finite number, or a certificate broken by PGD:\n" +
+              unsound,
               file=sys.stderr)
     skipped = sum(r.missing_data for r in results)
     tail = f"; {skipped} cell(s) skipped for missing data" if skipped else ""

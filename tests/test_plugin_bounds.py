@@ -46,6 +46,11 @@ def my_loose(X, w, causal=False):
 def my_zero(X, w):
     """Unsound: 0 per head."""
     return torch.zeros((*X.shape[:-2], w.h), dtype=X.dtype)
+
+
+def my_nan(X, w):
+    """Not a number: bounds nothing."""
+    return torch.full((*X.shape[:-2], w.h), float("nan"), dtype=X.dtype)
 '''
 
 
@@ -60,7 +65,7 @@ def board(tmp_path, monkeypatch):
     registry.load_module_file(exp)
     yield tmp_path
     registry.unregister("_fake_board")
-    for n in ("my_loose", "my_zero"):
+    for n in ("my_loose", "my_zero", "my_nan"):
         if n in bounds.bound_names():
             bounds.unregister_bound(n)
     sys.modules.pop("myplug", None)
@@ -83,6 +88,23 @@ def test_unsound_plugin_fails_the_run_and_is_named(board, capsys):
                    "--bound", "myplug:my_zero"], out=lambda *a: None)
     err = capsys.readouterr().err
     assert rc == 1 and "UNSOUND" in err and "my_zero" in err
+
+
+def test_a_nan_plugin_is_unsound_not_fine(board, capsys):
+    rc = cli.main(["_fake_board", "--results-dir", str(board / "r"), "--no-progress", "--no-figures",
+                   "--bound", "myplug:my_nan"], out=lambda *a: None)
+    err = capsys.readouterr().err
+    assert rc == 1 and "UNSOUND" in err and "my_nan: 6 of 6 values are not a finite number" in err, err
+
+
+def test_analyze_counts_a_nan_bound_as_unsound():
+    import pandas as pd
+
+    from harness.analyze import report
+
+    df = pd.DataFrame({"method": ["a", "b", "c", "d"], "kind": ["upper", "upper", "lower", "upper"],
+                       "value": [2.0, float("nan"), float("nan"), float("inf")], "sound": [True, True, True, True]})
+    assert list(report.unsound(df)["method"]) == ["b", "d"]  # a NaN lower bound claims nothing
 
 
 def test_bad_plugin_is_a_usage_error(board, capsys):

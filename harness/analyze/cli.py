@@ -230,8 +230,8 @@ def _run(a) -> int:
         print("attnlip analyze: note: nothing written (--out FOLDER keeps the table, figures and summary)",
               file=sys.stderr)
     if len(bad):
-        print(f"UNSOUND: {', '.join(sorted(set(bad['method'])))} below the truth at {len(bad)} row(s)",
-              file=sys.stderr)
+        print(f"UNSOUND: {', '.join(sorted(set(bad['method'])))} below the truth or not a finite number at "
+              f"{len(bad)} row(s)", file=sys.stderr)
         return 1
     return 0
 

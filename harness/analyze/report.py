@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import List
 
 import numpy as np
+import pandas as pd
 
 SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin", "jasmin": "JaSMin",
          "jasmin_g1": "JaSMin-g1", "lofast_fine": "LoF-fine", "lofast_coarse": "LoF-coarse",
@@ -21,7 +22,12 @@ def _layer_methods(df) -> List[str]:
 
 
 def unsound(df):
-    return df[~df["sound"]]
+    """Rows that break their guarantee: `sound` False (an upper bound below the truth), or an upper bound or exact
+    value that is not a finite number (NaN or infinity guarantees nothing; a plug-in returning NaN is named here
+    rather than passing for sound)."""
+    value = pd.to_numeric(df["value"], errors="coerce")
+    upper = df["kind"].astype(str) != "lower"
+    return df[~df["sound"].astype(bool) | (upper & ~np.isfinite(value.to_numpy(dtype=float)))]
 
 
 def distribution(df):
