@@ -31,6 +31,7 @@ EPILOG = """examples:
   run_all.py --executor submitit --jobs 50   Slurm job array (local jobs when no sbatch)
   run_all.py --collect                rebuild tables/figures/README from the cache alone; an experiment with
                                       cells absent from the cache keeps the outputs it has and names them
+  run_all.py --render --quick         redraw figures and README from the committed tables (no cache needed)
 outputs: results/<exp>/ (full scale), results/quick/<exp>/ (--quick), results/custom/<scale>__<what differs>/
 (--set, --dtype, --seed, --device): a run never replaces the outputs of another scale or other overrides.
   run_all.py --verify --stamp         after a compute change: recompute every quick cell and a sample of each
@@ -51,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="print the grid with cached/missing and recorded time per cell, and the "
                       "expected time at the chosen -j, then exit")
     mode.add_argument("--collect", action="store_true", help="rebuild tables, figures and README from the cache only")
+    mode.add_argument("--render", action="store_true",
+                      help="redraw figures and results READMEs from the committed tables alone (no cache, nothing "
+                           "computed): after an edit of figure or summary code")
     mode.add_argument("--verify", action="store_true",
                       help="recompute committed cells from an empty temporary cache and compare them with both "
                            "committed copies of each table (csv, parquet): every quick cell and a sample of each "
@@ -203,6 +207,42 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
         out(line)
 
 
+def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
+    """--render: each experiment's figures from its committed table (figures read tables only), replaced atomically,
+    its manifest's figure list, then the README of the output folder. 1 when a figure function failed."""
+    import json
+
+    from . import report as _report
+    from .run.outputs import render_figures
+    from .run.verify_compare import read_table
+    from .store.atomic import atomic_write_text
+
+    bad, done = [], 0
+    for n in names:
+        outdir = cfg.output_root / n
+        table = read_table(outdir)
+        if table is None or not (outdir / "manifest.json").is_file():
+            out(f"{n}: no committed table in {outdir}: nothing to render")
+            continue
+        try:
+            figs = render_figures(_registry.get_experiment(n), table, outdir)
+        except Exception as e:  # noqa: BLE001 - reported; the old figures are kept (render_figures)
+            bad.append(f"[{n}] figures failed, the old ones are kept: {e.__class__.__name__}: {e}")
+            continue
+        man = json.loads((outdir / "manifest.json").read_text())
+        man["figures"] = figs
+        atomic_write_text(outdir / "manifest.json", json.dumps(man, indent=1, default=str) + "\n")
+        done += 1
+        out(f"{n}: {len(figs)} figure file(s) redrawn from {outdir / 'table.parquet'}")
+    if done:
+        root = cfg.output_root
+        _report.write_readme(root, canonical=cfg.results_dir if not cfg.variant else None)
+        out(f"rewrote {root / 'README.md'}")
+    if bad:
+        print("FAILED:\n" + "\n".join(bad), file=sys.stderr)
+    return 1 if bad else 0
+
+
 def _anything_cached(names: Sequence[str], cfg) -> bool:
     return any(t.state == "cached" for n in names for t in _runner.plan(n, cfg, verify=False).tasks)
 
@@ -307,6 +347,8 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
         flag = "--stamp" if args.stamp else "--verify-sample"
         print(f"run_all.py: error: {flag} only means something with --verify", file=sys.stderr)
         return 2
+    if args.render:
+        return cmd_render(names, cfg, out)
     if args.verify:
         from .run import verify as _verify
 

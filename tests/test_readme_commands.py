@@ -7,7 +7,7 @@ Each ```bash line of README.md is handled by what it is:
   bert-base-uncased in a user Hugging Face cache built here, on a saved model folder with a plug-in bound from
   the working directory; `attnlip data list / fetch` offline; `--list` / `--dry-run`);
 - experiment runs that would compute for minutes to hours are planned with `--dry-run` appended; `--collect` and
-  `--verify` lines are parsed by the real argument parser (running them is tested in test_runner_safety.py and
+  `--verify` and `--render` lines are parsed by the real argument parser (running them is tested in test_runner_safety.py and
   test_verify_committed.py).
 No line is skipped silently: an unknown kind of command fails the test.
 """
@@ -26,7 +26,7 @@ from tests.test_hub_models import put_in_cache, save_bert
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
-HEAVY = ("--collect", "--verify")
+HEAVY = ("--collect", "--verify", "--render")
 
 
 def readme_commands():

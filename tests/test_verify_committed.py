@@ -192,3 +192,24 @@ def test_missing_data_is_cannot_verify_with_the_fetch_command(tmp_path):
     assert f"== {name} (quick): cannot verify" in out and "MISMATCH" not in out
     assert "dataset 'alice' is not available" in out and "get it with: attnlip data fetch alice" in out
     assert f"verify (quick): 0 reproduced; 1 cannot verify ({name})" in out
+
+
+def test_render_redraws_committed_figures_from_the_tables_alone(tmp_path, capsys):
+    """--render needs no cache: figures read tables only, so the committed tables give the committed figures back,
+    byte for byte (deterministic metadata), and the manifest and README are unchanged."""
+    names = ["castin_gamma", "jasmin_softmax"]
+    if not all((RESULTS / "quick" / n).is_dir() for n in names):
+        pytest.skip("no committed quick-scale results")
+    root = tmp_path / "results"
+    for n in names:
+        shutil.copytree(RESULTS / "quick" / n, root / "quick" / n)
+    shutil.copy(RESULTS / "quick" / "README.md", root / "quick" / "README.md")
+    code, out = _run(["--render", "--quick", "--results-dir", str(root), *names, "absent_here_xyz"], capsys)
+    assert code == 2  # an unknown name is a usage error before anything is drawn
+    code, out = _run(["--render", "--quick", "--results-dir", str(root), *names], capsys)
+    assert code == 0 and f"{names[0]}: 2 figure file(s) redrawn" in out, out
+    for n in names:
+        for f in (RESULTS / "quick" / n).rglob("*"):
+            if f.is_file():
+                assert (root / "quick" / n / f.relative_to(RESULTS / "quick" / n)).read_bytes() == f.read_bytes(), f
+    assert not (root / "cache").exists()
