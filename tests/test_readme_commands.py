@@ -6,9 +6,9 @@ Each ```bash line of README.md is handled by what it is:
 - `attnlip ...` and `python run_all.py ...` that compute in seconds run as written (analyze on MiniLM, on a
   bert-base-uncased in a user Hugging Face cache built here, on a saved model folder with a plug-in bound from
   the working directory; `attnlip data list / fetch` offline; `--list` / `--dry-run`);
-- experiment runs that would compute for minutes to hours are planned with `--dry-run` appended; `--collect` and
-  `--verify` and `--render` lines are parsed by the real argument parser (running them is tested in test_runner_safety.py and
-  test_verify_committed.py).
+- experiment runs that would compute for minutes to hours are planned with `--dry-run` appended; `--collect`,
+  `--verify` and `--render` lines are parsed by the real argument parser (running them is tested in
+  test_runner_safety.py and test_verify_committed.py).
 No line is skipped silently: an unknown kind of command fails the test.
 """
 from __future__ import annotations
