@@ -38,13 +38,21 @@ def radius_quadratic_figure(table, outdir):
 
 
 def radius_quadratic_summary(table) -> str:
-    out = []
+    out, slopes, lbs = [], [], []
     for lab, q in table.groupby("weights_label", sort=False):
         up = q[q["R"] >= q["R"].median()]
+        fit = loglog_fit(up["R"], up["lipschitz"])
+        slopes.append(fit["slope"])
+        lbs.append(float((q["lipschitz"] / q["lower_bound"]).min()))
         out.append(f"- App. C.7 ({lab}): log-log slope of ||Df|| vs R over the upper half of R = "
-                   f"{fmt_fit(loglog_fit(up['R'], up['lipschitz']))} (paper: quadratic, 2); min ||Df|| / "
-                   f"first-token LB = {(q['lipschitz'] / q['lower_bound']).min():.4f} (>= 1 expected).")
-    out.append("\n**Versus the paper.** App. C.7's quadratic growth in R is reproduced as stated.")
+                   f"{fmt_fit(fit)} (paper: quadratic, 2); min ||Df|| / first-token LB = {lbs[-1]:.4f} "
+                   f"(>= 1 expected).")
+    ok = all(1.8 <= x <= 2.2 for x in slopes) and all(x >= 1 - 1e-9 for x in lbs)
+    out.append(f"\nVerdict (App. C.7: ||Df_l(X)|| grows as R^2 on the line configuration, above the first-token "
+               f"lower bound): **{'reproduced' if ok else 'partly reproduced'}**: slopes {min(slopes):.2f} to "
+               f"{max(slopes):.2f} over {len(slopes)} weight set(s) (within 10 % of 2 counts as quadratic"
+               f"{'; the lower slopes approach 2 from below as R grows' if min(slopes) < 1.95 else ''}), the lower "
+               f"bound never above the value (min ratio {min(lbs):.4f}).")
     return "\n".join(out)
 
 
@@ -136,9 +144,11 @@ def radius_edge_figure(table, outdir):
 
 
 def radius_edge_summary(table) -> str:
-    out = []
+    out, ratios, held = [], [], []
     for lab, e in table.groupby("weights_label", sort=False):
         big = e[e["gamma_R2"] == e["gamma_R2"].max()]
+        ratios.append(float((big["lipschitz"] / big["asymptotic_lb"]).iloc[0]))
+        held.append(bool((e["meanfield_bound"] >= e["lipschitz"]).all()))
         f = np.polyfit(e["gamma_R2"], np.log(e["lipschitz"]), 1)[0]
         out.append(f"- Prop. 3.6 ({lab}): log ||Df^w||_w grows with slope {f:.3f} in gamma R^2 (theory 1/2 "
                    f"plus log factor); at gamma R^2 = {big['gamma_R2'].iloc[0]:.3g}: ||Df^w||_w = "
@@ -151,6 +161,11 @@ def radius_edge_summary(table) -> str:
 weighted constant, inside Thm 3.5's exp(2||A||R^2) envelope. Prop. 3.6 is asymptotic (R -> inf), so the
 ratio to its asymptote tends to 1 rather than staying >= 1.
 """)
+    ok = all(held) and all(0.9 <= r <= 1.1 for r in ratios)
+    out.append(f"Verdict (Prop. 3.6: the two-Dirac weighted constant grows like its exponential asymptote in gamma "
+               f"R^2; Thm 3.5 bounds it): **{'reproduced' if ok else 'partly reproduced'}** on {len(ratios)} weight "
+               f"set(s): value / asymptote {min(ratios):.3f} to {max(ratios):.3f} at the largest gamma R^2, Thm 3.5's "
+               f"bound above the value at every point: {all(held)}.")
     return "\n".join(out)
 
 
@@ -205,4 +220,12 @@ def mass_splitting_summary(table) -> str:
 and an explicit duplication with ordinary attention agree point by point (columns above). Ties on the
 boundary (cov = unsplit) are classified with a relative margin 1e-9 (float64; in float32 near-ties may flip).
 """)
+    agree = float((grid["splits_weighted"] == grid["splits_explicit"]).mean()) if len(grid) else float("nan")
+    example_ok = bool(len(ex)) and abs(float(ex.iloc[0]["unsplit_weighted"]) - WORKED_EXAMPLE["unsplit"]) < 5e-4 \
+        and abs(float(ex.iloc[0]["split_weighted"]) - WORKED_EXAMPLE["split"]) < 5e-4
+    word = "reproduced" if agree == 1.0 and example_ok else "partly reproduced"
+    out.append(f"Verdict (§4.2: splitting a token's mass can raise the weighted Lipschitz constant, in regions of the "
+               f"plane): **{word}**: splitting pays at {100 * float(grid['splits_weighted'].mean()):.1f} % of "
+               f"{len(grid)} grid points; the weighted criterion and explicit duplication agree at "
+               f"{100 * agree:.2f} % of them; the worked example matches docs/math.md: {example_ok}.")
     return "\n".join(out)

@@ -72,4 +72,9 @@ class JasminAttentionMaps(Experiment):
                          f"{s['g1'].mean():.4f} |")
         lines += ["", "The paper's Fig. 2 shows ViT-L/ImageNet maps with exact ||J_sm|| and g_1 per head; here MiniLM "
                   "on Alice text and our small Fashion-MNIST ViT, maps averaged over a handful of samples."]
+        ok = bool((q["g1"] >= q["jsm_exact"] * (1 - 1e-6)).all()) if len(q) else False
+        lines += ["", "Verdict (Fig. 2: attention maps of a query of interest, each head annotated with exact ||J_sm|| "
+                  f"and g_1): **not applicable** as a number (the maps are qualitative and our models differ); the "
+                  f"annotation it carries holds: g_1 >= exact ||J_sm|| on every drawn head: {ok} (jasmin_jsm_rows "
+                  "checks it on every row)."]
         return "\n".join(lines)

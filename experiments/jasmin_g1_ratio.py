@@ -73,4 +73,8 @@ class JasminG1Ratio(Experiment):
                   "ImageNet) reports all ratios > 1 and close to 1; here the same holds on MiniLM/Alice and on our "
                   "Fashion-MNIST ViT. What differs: models (MiniLM and a small ViT trained here instead of ViT-L), "
                   "data (Alice text, Fashion-MNIST), and maps averaged over a handful of samples rather than 1000."]
+        med = f"{st['ratio_median'].min():.3f} to {st['ratio_median'].max():.3f}" if len(st) else "n/a"
+        lines += ["", f"Verdict (Fig. 3: g_1 / exact ||J_sm|| >= 1 on every attention row, and close to 1): "
+                  f"**{'reproduced' if ok else 'not reproduced'}** on {len(st)} model(s): minimum ratio "
+                  f"{st['ratio_min'].min() if len(st) else float('nan'):.6f}, median {med}."]
         return "\n".join(lines)

@@ -57,9 +57,39 @@ class JasminJacobianNorm(Experiment):
 
         methods = list(dict.fromkeys(table["method"]))
         med = table.groupby("method")["jacobian_norm"].median()
+        seeds = table.groupby("method")["train_seed"].nunique() if "train_seed" in table else None
         conv = int(table["converged"].astype(bool).sum())
         return ("Whole-model Jacobian norm over eval images (Fig. 4), median per method: "
                 + "; ".join(f"{m}: {med[m]:.3g}" for m in methods) + f". Lanczos converged on {conv} of {len(table)}."
                 "\n\nThe paper (ViT-B, CIFAR-100) finds JaSMin lowers this norm against the baseline; ours is a "
                 f"4-layer Fashion-MNIST ViT (patch 7, 17 tokens) trained from scratch for "
-                f"{grid_values(table, 'train_steps')} Adam steps (docs/notes/jasmin-exp.md).")
+                f"{grid_values(table, 'train_steps')} Adam steps (docs/notes/jasmin-exp.md).\n\n" + _verdict(med, seeds))
+
+
+def _verdict(med, seeds=None) -> str:
+    """Fig. 4's claim against the medians: JaSMin below the baseline, Specformer about the baseline."""
+    base = [m for m in med.index if m.lower().startswith("baseline")]
+    if not base:
+        return "Verdict: not determined (no baseline at this scale)."
+    b = float(med[base[0]])
+    jas = {m: float(v) for m, v in med.items() if m.startswith("JaSMin")}
+    spec = {m: float(v) for m, v in med.items() if m.startswith("Specformer")}
+    lower = [m for m, v in jas.items() if v < b]
+    word = "reproduced" if jas and len(lower) == len(jas) else "partly reproduced" if lower else "not reproduced"
+    fmt = (lambda d: ", ".join(f"{m} {v:.3g}" for m, v in d.items()))
+    spec_low = bool(spec and jas and min(spec.values()) <= min(jas.values()))
+    odd = ([f"{', '.join(m for m in jas if m not in lower)} raise{'s' if len(jas) - len(lower) == 1 else ''} it"]
+           if len(lower) < len(jas) else []) + (["Specformer lowers it as much or more"] if spec_low else [])
+    why = (f" Unlike the paper: {'; '.join(odd)}. The cause is not established here ({_seeds(seeds)}, 4-layer "
+           "models trained from scratch on Fashion-MNIST, where the paper fine-tunes an ImageNet-pretrained ViT-B on "
+           "CIFAR-100).") if odd else ""
+    return (f"Verdict (Fig. 4: JaSMin lowers the whole-model Jacobian norm against the baseline, Specformer leaves it "
+            f"about unchanged): **{word}**: baseline median {b:.3g}; lower with {len(lower)} of {len(jas)} JaSMin "
+            f"settings ({fmt(jas)}); Specformer: {fmt(spec) or 'not run'}.{why}")
+
+
+def _seeds(seeds) -> str:
+    if seeds is None or not len(seeds):
+        return "training seeds not recorded"
+    lo, hi = int(seeds.min()), int(seeds.max())
+    return f"{lo} training seed(s) per model" if lo == hi else f"{lo} to {hi} training seeds per model"

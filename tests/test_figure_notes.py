@@ -82,3 +82,25 @@ def test_no_declared_substitute_no_paper_note():
     t = pd.DataFrame({"model": ["gpt2"], "pretrained": [False], "experiment": "castin_magnitude"})
     assert registry.get_experiment("castin_magnitude").substitutes in ((), None)
     assert F.paper_note(t) == "" and F.models_note(t["model"], t) == "Models: random-init GPT-2."
+
+
+WITH_VERDICT = ["castin_radius_edge", "castin_radius_quadratic", "castin_radius_large", "mass_splitting",
+                "jasmin_g1_ratio", "jasmin_interlacing", "jasmin_jsm_rows", "jasmin_softmax", "jasmin_attention_maps",
+                "jasmin_jacobian_norm", "jasmin_sweep", "bound_leaderboard", "castin_sqrt_n", "lofast_certified"]
+
+
+@pytest.mark.parametrize("name", WITH_VERDICT)
+def test_sections_carry_a_verdict_computed_from_the_committed_table(name):
+    """The summary (presentation: it reads the table only) ends its section with a verdict on the paper's claim."""
+    import pandas as pd
+
+    from harness import registry
+    from harness.store.codehash import REPO_ROOT
+
+    folder = next((f for f in (REPO_ROOT / "results" / name, REPO_ROOT / "results" / "quick" / name)
+                   if (f / "table.parquet").is_file()), None)
+    if folder is None:
+        pytest.skip("no committed table")
+    registry.load_all()
+    text = registry.get_experiment(name).summary(pd.read_parquet(folder / "table.parquet"))
+    assert "Verdict" in text and "**" in text.split("Verdict", 1)[1], text[-500:]
