@@ -102,9 +102,11 @@ def test_analyze_counts_a_nan_bound_as_unsound():
 
     from harness.analyze import report
 
-    df = pd.DataFrame({"method": ["a", "b", "c", "d"], "kind": ["upper", "upper", "lower", "upper"],
-                       "value": [2.0, float("nan"), float("nan"), float("inf")], "sound": [True, True, True, True]})
-    assert list(report.unsound(df)["method"]) == ["b", "d"]  # a NaN lower bound claims nothing
+    nan = float("nan")
+    df = pd.DataFrame({"method": ["a", "b", "c", "d", "kim"], "kind": ["upper", "upper", "lower", "upper", "upper"],
+                       "value": [2.0, nan, nan, float("inf"), nan], "sound": [True] * 5,
+                       "note": ["", "", "", "", "n/a: not proven for this score map"]})
+    assert list(report.unsound(df)["method"]) == ["b", "d"]  # a NaN lower bound claims nothing; n/a is declared
 
 
 def test_bad_plugin_is_a_usage_error(board, capsys):

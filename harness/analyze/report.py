@@ -23,11 +23,12 @@ def _layer_methods(df) -> List[str]:
 
 def unsound(df):
     """Rows that break their guarantee: `sound` False (an upper bound below the truth), or an upper bound or exact
-    value that is not a finite number (NaN or infinity guarantees nothing; a plug-in returning NaN is named here
-    rather than passing for sound)."""
-    value = pd.to_numeric(df["value"], errors="coerce")
-    upper = df["kind"].astype(str) != "lower"
-    return df[~df["sound"].astype(bool) | (upper & ~np.isfinite(value.to_numpy(dtype=float)))]
+    value that is not a finite number without being declared n/a (a bound not proven for this score map carries
+    NaN and a note "n/a: why"; any other NaN or infinity guarantees nothing, e.g. a plug-in returning NaN)."""
+    value = pd.to_numeric(df["value"], errors="coerce").to_numpy(dtype=float)
+    upper = (df["kind"].astype(str) != "lower").to_numpy()
+    declared = df["note"].fillna("").astype(str).str.startswith("n/a").to_numpy() if "note" in df else False
+    return df[~df["sound"].astype(bool).to_numpy() | (upper & ~np.isfinite(value) & ~declared)]
 
 
 def distribution(df):
