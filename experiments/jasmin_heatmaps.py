@@ -64,4 +64,14 @@ class JasminHeatmaps(Experiment):
             lines.append(f"| {m} | {r.g1_mean:.4f} | {r.jsm_mean:.4f} | {r.log_g1_over_g10:.3f} |")
         lines += ["", "Fig. 5 of the paper shows JaSMin lowering the regularized quantity across heads of a ViT-B; "
                   "here the means over heads, eval images and query rows of our Fashion-MNIST ViTs."]
+        base = [m for m in g.index if str(m).lower().startswith("baseline")]
+        jas = [m for m in g.index if str(m).startswith("JaSMin")]
+        if base and jas:
+            b = float(g.loc[base[0], "g1_mean"])
+            low = [m for m in jas if float(g.loc[m, "g1_mean"]) < b]
+            word = "reproduced" if len(low) == len(jas) else "partly reproduced" if low else "not reproduced"
+            listed = ", ".join(f"{m} {float(g.loc[m, 'g1_mean']):.4f}" for m in jas)
+            lines += ["", f"Verdict (Fig. 5: JaSMin lowers the mean g_1 it regularizes, across heads, against the "
+                      f"baseline): **{word}**: baseline {b:.4f}; lower with {len(low)} of {len(jas)} JaSMin settings "
+                      f"({listed})."]
         return "\n".join(lines)
