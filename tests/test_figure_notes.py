@@ -87,7 +87,8 @@ def test_no_declared_substitute_no_paper_note():
 WITH_VERDICT = ["castin_radius_edge", "castin_radius_quadratic", "castin_radius_large", "mass_splitting",
                 "jasmin_g1_ratio", "jasmin_interlacing", "jasmin_jsm_rows", "jasmin_softmax", "jasmin_attention_maps",
                 "jasmin_jacobian_norm", "jasmin_sweep", "bound_leaderboard", "castin_sqrt_n", "lofast_certified",
-                "lofast_ablation", "lofast_input_norm", "jasmin_heatmaps", "jasmin_overhead"]
+                "lofast_ablation", "lofast_input_norm", "jasmin_heatmaps", "jasmin_overhead", "castin_magnitude",
+                "lofast_text"]
 
 
 @pytest.mark.parametrize("name", WITH_VERDICT)
