@@ -99,7 +99,7 @@ def sqrt_n_real_figure(table, outdir):
         fl, fp = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["paper_estimator"])
         extra = k[3] + (f", map {k[4]}" if len(k) > 4 else "") + (_rope(g) and f"\n{_rope(g)}")
         plotting.caption(ax, _label(k[0], k[1], k[2], extra, g["pretrained"].iloc[0])
-                         + f"\nslope {fl['slope']:.2f} (paper est. {fp['slope']:.2f})")
+                         + f"\nslope {fl['slope']:.2f}; the paper's estimator here: {fp['slope']:.2f}")
         _loglog_n(ax, "||Df(X)|| (spectral norm)")
 
     return facets(table, ["model", "layer", "masked", "corpus", "map"], outdir, "castin_sqrt_n_real", draw,
@@ -234,9 +234,9 @@ def sqrt_n_adversarial_figure(table, outdir):
     return facets(table, ["model", "layer", "masked", "radius_factor"], outdir, "castin_sqrt_n_adversarial", draw,
                   "Local Lipschitz constant vs n at Prop. 3.4's adversarial inputs (log-log)", split="map",
                   split_title=lambda m: MAP_NOTE.get(m, f"map {m}").split(" (")[0].replace("map: ", ""),
-                  note="Inputs: Prop. 3.4's adversarial sequence for each head with a real eigenvalue of A_c; R = "
-                  "factor x mean token radius of the layer's real Alice inputs. " + setting_note(table) + " "
-                  + (_map_note(table) or MAP_NOTE["layer"] + "."))
+                  note=lambda value, part: "Inputs: Prop. 3.4's adversarial sequence for each head with a real "
+                  "eigenvalue of A_c; R = factor x mean token radius of the layer's real Alice inputs. "
+                  + setting_note(part) + " " + (_map_note(part) or MAP_NOTE["layer"] + "."))
 
 
 MAPS = {"layer": "W^O", "self": "self (authors')"}

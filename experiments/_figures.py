@@ -193,7 +193,8 @@ def facets(table, keys: Sequence[str], outdir, stem: str, draw: Callable, title:
            **kw) -> List:
     """One panel per group of `keys` (draw(ax, key, group)), one image per value of `split` (stem_<value>) and per
     MAX_PANELS panels (stem_p2, ...); every image gets `title` (+ the split value), the paper figure, one legend
-    below the panels and `note` as footnote; after(fig, axes) runs before saving (e.g. a shared colorbar).
+    below the panels and `note` as footnote (a string, or a function of the split value and that image's rows, so a
+    footnote describes only what its image shows); after(fig, axes) runs before saving (e.g. a shared colorbar).
     Returns the saved paths."""
     keys = [k for k in keys if k in table.columns]
     parts = [(None, table)] if split is None or split not in table.columns else \
@@ -216,5 +217,6 @@ def facets(table, keys: Sequence[str], outdir, stem: str, draw: Callable, title:
             if len(pages) > 1:
                 t += f" (part {i + 1} of {len(pages)})"
             paths += plotting.finish(fig, outdir, base if i == 0 else f"{base}_p{i + 1}",
-                                     ref_text if ref_text is not None else ref(table), title=t, note=note)
+                                     ref_text if ref_text is not None else ref(table), title=t,
+                                     note=note(value, part) if callable(note) else note)
     return paths
