@@ -131,7 +131,7 @@ def _same(x, y) -> bool:
     fx, fy = _number(x), _number(y)
     if fx is not None and fy is not None:
         return fx == fy or (math.isnan(fx) and math.isnan(fy))
-    missing = (lambda v: v is None or (isinstance(v, float) and math.isnan(v)))
+    missing = (lambda v: v is None or v == "" or (isinstance(v, float) and math.isnan(v)))  # CSV reads "" as NaN
     return (missing(x) and missing(y)) or str(x) == str(y)
 
 
