@@ -153,11 +153,19 @@ def test_a_model_folder_that_would_run_code_is_refused(folders, capsys, tmp_path
     tcfg["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
     (tok / "tokenizer_config.json").write_text(json.dumps(tcfg))
     _refused(capsys, ["--model", str(tok), "--text", TEXT], "--model", "tokenizer_config.json", "auto_map")
-    pickled = _copy(folders["ok"], tmp_path / "pickled")
+    pickled = _copy(folders["ok"], tmp_path / "pickled")  # a pickle that would run code when unpickled
     for f in pickled.glob("*.safetensors"):
         f.unlink()
-    (pickled / "pytorch_model.bin").write_bytes(b"not even a pickle")
-    _refused(capsys, ["--model", str(pickled), "--text", TEXT], "--model", "pytorch_model.bin", "safetensors")
+    import pickle as _pickle
+    import torch as _torch
+
+    class Planted:
+        def __reduce__(self):
+            return (exec, (planted,))
+
+    _torch.save({"weight": Planted()}, pickled / "pytorch_model.bin", pickle_module=_pickle)
+    rc, out, err = _run(capsys, ["--model", str(pickled), "--text", TEXT])
+    assert rc == 2 and "Traceback" not in err and not marker.exists(), err
     (remote / "config.json").write_text("{not json")
     _refused(capsys, ["--model", str(remote), "--text", TEXT], "--model", "not readable JSON")
     assert not marker.exists()

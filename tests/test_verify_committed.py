@@ -134,6 +134,9 @@ def test_tolerance_lookup_and_sampling_order():
     assert got[:2] == ["c0", "c1"] and len(got) == 4 and len(set(got)) == 4
     assert got == V.sample(many, labels, 2, seed="exp")  # seeded: the same cells everywhere
     assert {tuple(V.sample(many, labels, 2, seed=s)) for s in ("a", "b", "c", "d")} != {tuple(got)}
+    from harness.run import verify_compare as C
+
+    assert C._same("", float("nan")) and C._same(None, "") and not C._same("a", "") and C._same(1.0, "1.0")
     d = V.ColumnDiff("x", 1e-9)
     V._compare_value(d, "a", 0, 2.0, 2.0 + 1e-9)  # 5e-10 relative: within
     V._compare_value(d, "a", 1, float("nan"), float("nan"))

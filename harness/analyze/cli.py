@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -145,16 +146,14 @@ def check_out(out: Optional[str]) -> Optional[Path]:
     return path
 
 
-PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
-
-
 def check_model_folder(model: str) -> None:
     """A model folder is a file a user hands us: refuse, before transformers opens it, one that would run code.
     - config.json (or tokenizer_config.json) with an `auto_map`, or a `model_type` transformers does not know: the
       folder's own Python would be needed (transformers asks "run the custom code? [y/N]" on stdin, and any `y`
       runs it). AttnLip never runs code from a model folder.
-    - weights only in pickle files (pytorch_model.bin, *.pt, ...): unpickling can run code; safetensors cannot.
-    A UsageError names the file and what to do."""
+    A UsageError names the file and what to do. Pickled weights (pytorch_model.bin) are read by transformers with
+    torch's restricted unpickler (weights_only=True: tensors and plain containers only, nothing executes); one that
+    holds anything else is refused there, and `_run` turns that into one line."""
     import json
 
     folder = Path(model)
@@ -184,12 +183,6 @@ def check_model_folder(model: str) -> None:
                 raise validate.UsageError("--model", f"{f}: model_type {kind!r} is not an architecture transformers "
                                           "ships, so only the folder's own code could build it, which AttnLip never "
                                           "runs", "save a model of a standard architecture (bert, gpt2, llama, ...)")
-    weights = [p.name for pat in ("*.safetensors",) for p in folder.glob(pat)]
-    pickled = sorted(p.name for pat in PICKLED for p in folder.glob(pat))
-    if pickled and not weights:
-        raise validate.UsageError("--model", f"{folder} holds its weights only as pickle ({', '.join(pickled[:3])}), "
-                                  "which can run code when loaded", "convert them to safetensors where you trust "
-                                  "the file: model.save_pretrained(DIR, safe_serialization=True)")
 
 
 def _run(a) -> int:
@@ -211,6 +204,12 @@ def _run(a) -> int:
                           default_max_tokens=validate.DEFAULT_MAX_TOKENS)
     except (MissingData, ValueError, ImportError, AttributeError, OSError) as e:  # user input, not a bug
         print(f"attnlip analyze: error: {e}", file=sys.stderr)
+        return 2
+    except pickle.UnpicklingError as e:  # weights_only=True refused a pickle that holds more than tensors
+        print(f"attnlip analyze: error: --model {a.model}: its pickled weights hold objects other than tensors "
+              f"({str(e).splitlines()[0][:160]}), and AttnLip never unpickles those. Fix: convert them to "
+              f"safetensors where you trust the file: model.save_pretrained(DIR, safe_serialization=True)",
+              file=sys.stderr)
         return 2
     for note in df.attrs.get("notices", []):
         print(f"attnlip analyze: note: {note}", file=sys.stderr)
