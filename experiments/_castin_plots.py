@@ -371,6 +371,8 @@ def magnitude_figure(table, outdir):
 
 
 def magnitude_summary(table) -> str:
+    from ._castin_plots_radius import _magnitude_verdict
+
     out = ["| model | layer | mean ||x|| at n min -> n max | slope of mean ||x|| vs n | slope ||Df|| | "
            "slope with magnitude equalized | difference |", "|---|---|---|---|---|---|---|"]
     diffs = {}  # (model label, layer) -> slope change the magnitude drift explains
@@ -391,17 +393,5 @@ that depend on n through learned position embeddings. {here}{random}; MiniLM-L6 
 post-LN) is measured beside it as a pretrained model. The last column is the slope change explained by the
 magnitude drift alone.
 """)
-    big = max(diffs.items(), key=lambda kv: abs(kv[1])) if diffs else None
-    own = {k: v for k, v in diffs.items() if k[0] == "gpt2"}  # pretrained GPT-2 (no " (random)" suffix)
-    claim = ("Verdict (App. E.2: n-dependent token magnitudes from learned position embeddings speed up pretrained "
-             "GPT-2's growth): ")
-    if own:
-        top = max(own.values())
-        out.append(claim + f"**{'reproduced' if top >= 0.05 else 'not reproduced'}**: on pretrained GPT-2 the "
-                   f"magnitude drift explains up to {top:+.3f} of the slope (0.05 or more counts as a speed-up).")
-    else:
-        out.append(claim + "**not applicable** to the paper's model, which did not run here (pretrained GPT-2)"
-                   + (f"; the magnitude drift explains at most {abs(big[1]):.3f} of a slope on the models that ran "
-                      f"({big[0][0]}, layer {big[0][1]}), so on them magnitudes do not drive the growth." if big
-                      else "."))
+    out.append(_magnitude_verdict(diffs))
     return "\n".join(out)

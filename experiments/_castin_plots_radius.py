@@ -229,3 +229,19 @@ boundary (cov = unsplit) are classified with a relative margin 1e-9 (float64; in
                f"{len(grid)} grid points; the weighted criterion and explicit duplication agree at "
                f"{100 * agree:.2f} % of them; the worked example matches docs/math.md: {example_ok}.")
     return "\n".join(out)
+
+
+# ---- castin_magnitude's verdict (the table itself is drawn in _castin_plots) ------------------------------------
+def _magnitude_verdict(diffs) -> str:
+    """App. E.2 against the slope changes the magnitude drift explains, {(model label, layer): change}."""
+    claim = ("Verdict (App. E.2: n-dependent token magnitudes from learned position embeddings speed up pretrained "
+             "GPT-2's growth): ")
+    own = {k: v for k, v in diffs.items() if k[0] == "gpt2"}  # pretrained GPT-2 (no " (random)" suffix)
+    if own:
+        top = max(own.values())
+        return claim + (f"**{'reproduced' if top >= 0.05 else 'not reproduced'}**: on pretrained GPT-2 the magnitude "
+                        f"drift explains up to {top:+.3f} of the slope (0.05 or more counts as a speed-up).")
+    big = max(diffs.items(), key=lambda kv: abs(kv[1])) if diffs else None
+    return claim + "**not applicable** to the paper's model, which did not run here (pretrained GPT-2)" + (
+        f"; the magnitude drift explains at most {abs(big[1]):.3f} of a slope on the models that ran ({big[0][0]}, "
+        f"layer {big[0][1]}), so on them magnitudes do not drive the growth." if big else ".")
