@@ -173,7 +173,7 @@ def staleness(p, manifest: Dict[str, Any], labels: Sequence[str]) -> List[str]:
     stamp = manifest.get("verified") or {}
     if stamp.get("code_hash") == p.code:
         notes.append(f"this compute code verified at commit {str(stamp.get('commit'))[:12]} ({stamp.get('at')})")
-    elif manifest.get("code_hash") and manifest["code_hash"] != p.code:
+    if manifest.get("code_hash") and manifest["code_hash"] != p.code:
         notes.append(f"committed with compute code {manifest['code_hash'][:10]}, the checkout's is {p.code[:10]} "
                      f"(comparing anyway)")
     keys = {c["cell"]: c.get("key") for c in manifest.get("cells") or []}
