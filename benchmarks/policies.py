@@ -52,7 +52,7 @@ t0 = time.perf_counter()
 res = runner.run([sys.argv[3]], cfg, echo=lambda *a: None)
 wall = time.perf_counter() - t0
 r1 = resource.getrusage(resource.RUSAGE_SELF)
-man = json.loads((root / sys.argv[3] / "manifest.json").read_text())
+man = json.loads((cfg.output_root / sys.argv[3] / "manifest.json").read_text())
 print(json.dumps({"wall": wall, "cells_wall": sum(c.get("wall_s") or 0 for c in man["cells"]),
                   "sys": r1.ru_stime - r0.ru_stime, "faults": r1.ru_minflt - r0.ru_minflt,
                   "peak_rss_mb": max(c.get("peak_rss_mb") or 0 for c in man["cells"]), "ok": all(x.ok for x in res)}))
