@@ -213,9 +213,8 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
     import json
 
     from . import report as _report
-    from .run.outputs import render_figures
+    from .run.outputs import render_figures, write_manifest
     from .run.verify_compare import read_table
-    from .store.atomic import atomic_write_text
 
     bad, done = [], 0
     for n in names:
@@ -231,7 +230,7 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
             continue
         man = json.loads((outdir / "manifest.json").read_text())
         man["figures"] = figs
-        atomic_write_text(outdir / "manifest.json", json.dumps(man, indent=1, default=str) + "\n")
+        write_manifest(outdir / "manifest.json", man)
         done += 1
         out(f"{n}: {len(figs)} figure file(s) redrawn from {outdir / 'table.parquet'}")
     if done:
@@ -263,14 +262,11 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
             continue
         if table is None or not {"method", "sound"} <= set(table.columns):
             continue
-        import numpy as np
-        import pandas as pd
+        from .analyze.report import nonfinite_undeclared
 
         mine = table["method"].isin(names)
         below = mine & (table["sound"].astype(str).str.lower() == "false")
-        nonfinite = mine & ~np.isfinite(pd.to_numeric(table["value"], errors="coerce").to_numpy(dtype=float))
-        if "note" in table:  # declared not applicable ("n/a: why") is not a broken guarantee
-            nonfinite &= ~table["note"].fillna("").astype(str).str.startswith("n/a")
+        nonfinite = mine & nonfinite_undeclared(table, lower_too=True)
         for m, g in table[below].groupby("method"):
             lines.append(f"  [{r.name}] {m}: {len(g)} of {int(table['method'].eq(m).sum())} values below the truth "
                          f"(worst value/truth {float((g['value'] / g['truth']).min()):.3g})")

@@ -21,14 +21,21 @@ def _layer_methods(df) -> List[str]:
     return list(dict.fromkeys(d["method"]))
 
 
+def nonfinite_undeclared(df, lower_too: bool = False) -> np.ndarray:
+    """Rows whose upper bound (or exact value; every row with lower_too) is not a finite number without being
+    declared n/a: a bound not proven for a score map carries NaN and a note "n/a: why"; any other NaN or infinity
+    guarantees nothing."""
+    value = pd.to_numeric(df["value"], errors="coerce").to_numpy(dtype=float)
+    upper = (df["kind"].astype(str) != "lower").to_numpy() if "kind" in df and not lower_too else True
+    declared = df["note"].fillna("").astype(str).str.startswith("n/a").to_numpy() if "note" in df else False
+    return upper & ~np.isfinite(value) & ~declared
+
+
 def unsound(df):
     """Rows that break their guarantee: `sound` False (an upper bound below the truth), or an upper bound or exact
     value that is not a finite number without being declared n/a (a bound not proven for this score map carries
     NaN and a note "n/a: why"; any other NaN or infinity guarantees nothing, e.g. a plug-in returning NaN)."""
-    value = pd.to_numeric(df["value"], errors="coerce").to_numpy(dtype=float)
-    upper = (df["kind"].astype(str) != "lower").to_numpy()
-    declared = df["note"].fillna("").astype(str).str.startswith("n/a").to_numpy() if "note" in df else False
-    return df[~df["sound"].astype(bool).to_numpy() | (upper & ~np.isfinite(value) & ~declared)]
+    return df[~df["sound"].astype(bool).to_numpy() | nonfinite_undeclared(df)]
 
 
 def distribution(df):

@@ -200,9 +200,14 @@ def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional
         "figures": report["figures"],
         "cells": cells,
     }
-    atomic_write_text(outdir / "manifest.json", json.dumps(man, indent=1, default=str) + "\n")
+    write_manifest(outdir / "manifest.json", man)
     report["table"] = table
     return report
+
+
+def write_manifest(path: Path, man: Dict[str, Any]) -> Path:
+    """manifest.json as every writer formats it (one key per line, indent 1), replaced atomically."""
+    return atomic_write_text(path, json.dumps(man, indent=1, default=str) + "\n")
 
 
 def _cell_entries(p, store: CellCache, statuses: Optional[Statuses]) -> List[Dict[str, Any]]:

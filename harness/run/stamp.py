@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Dict
 
 from .. import manifest as _manifest
-from ..store.atomic import atomic_write_text, sha256
+from ..store.atomic import sha256
+from .outputs import write_manifest
 
 
 def clean_commit() -> str:
@@ -47,5 +48,5 @@ def stamp(folder: Path, r: Any, commit: str) -> Dict[str, Any]:
         "device": r.device, "device_name": _manifest.device_name(r.device), "versions": _manifest.versions(),
         "tables": tables,
     }
-    atomic_write_text(path, json.dumps(man, indent=1, default=str) + "\n")
+    write_manifest(path, man)
     return man["verified"]
