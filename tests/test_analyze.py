@@ -280,6 +280,23 @@ def test_shipped_datasets_offline(shared_data):
     assert len(inputs.load_dataset_texts("ag_news", 2)) == 2
 
 
+def test_a_missing_shipped_dataset_is_named(monkeypatch):
+    from harness.data import text as corpora
+    from harness.errors import DataNotFound
+
+    def missing(name, split=None):
+        raise DataNotFound(f"dataset {name!r} is not available: no mirror, no cached copy",
+                           fix=f"attnlip data fetch {name}")
+
+    monkeypatch.setattr(corpora, "load_corpus", missing)
+    with pytest.raises(DataNotFound) as got:
+        inputs.load_dataset_texts("sst2:validation", 3)
+    assert str(got.value).startswith("--dataset sst2:validation reads GLUE SST-2, which is not available here")
+    assert got.value.fix == "attnlip data fetch sst2"
+    with pytest.raises(ValueError, match="splits"):
+        inputs.load_dataset_texts("sst2:test", 3)  # SST-2's test split has no labels and is not shipped
+
+
 def test_vit_from_images_and_npy(saved, tmp_path):
     from PIL import Image
 

@@ -74,8 +74,9 @@ def _refused(capsys, args, option, *fix):
     (["--max-tokens", "2"], "--max-tokens", ["special token", "--max-tokens 3 or more"]),
     (["--max-tokens", "100"], "--max-tokens", [f"{POSITIONS} positions", f"--max-tokens {POSITIONS} or less"]),
     (["--samples", "0"], "--samples", ["K >= 1"]),
-    (["--eps", "-1"], "--eps", [">= 0", "--eps 0 to skip"]),
-    (["--eps", "nan"], "--eps", [">= 0"]),
+    (["--eps", "-1"], "--eps", ["in [0, 1e+06]", "--eps 0 to skip"]),
+    (["--eps", "nan"], "--eps", ["in [0, 1e+06]"]),
+    (["--eps", "1e308"], "--eps", ["in [0, 1e+06]"]),  # no inf bound, no PGD lower bound of 0
     (["--pgd-steps", "-1"], "--pgd-steps", ["--pgd-steps 0 to skip"]),
     (["--device", "gpu7"], "--device", ["--device cpu"]),
 ])
@@ -171,6 +172,27 @@ def test_a_model_folder_that_would_run_code_is_refused(folders, capsys, tmp_path
     assert not marker.exists()
 
 
+def test_the_loader_itself_never_runs_a_folders_code(folders, tmp_path, monkeypatch):
+    """Second line of defence behind the folder check: inputs.load_model passes trust_remote_code=False, so a
+    folder with custom code is an error even when a caller skips the check and stdin answers `y`."""
+    import json
+
+    from harness.analyze import inputs
+
+    marker = tmp_path / "ran"
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("y\ny\ny\n"))
+    remote = _copy(folders["ok"], tmp_path / "remote")
+    (remote / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('code ran')\n"
+                                    "from transformers import BertConfig as EvilConfig\n"
+                                    "from transformers import BertModel as EvilModel\n")
+    cfg = json.loads((remote / "config.json").read_text())
+    cfg.update(model_type="evil-net", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"})
+    (remote / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError):
+        inputs.load_model(str(remote))
+    assert not marker.exists()
+
+
 def test_without_out_it_says_nothing_was_written(folders, capsys):
     assert cli.main(["--model", folders["ok"], "--text", TEXT, "--layers", "0", "--eps", "0", "--pgd-steps", "0",
                      "--no-progress"]) in (0, 1)
@@ -223,6 +245,10 @@ def test_default_max_tokens_is_capped_at_the_models_positions_with_a_notice(fold
                                  "--max-tokens", "10"])
     assert rc == 0 and "--max-tokens defaults" not in err  # no cap notice (a thread-count note may appear)
     assert out.splitlines()[2].split()[:2] == ["0", "10"]
+    assert "1 of 1 text(s) are longer than 10 tokens" in err and f"--max-tokens up to {POSITIONS}" in err
+    rc, out, err = _run(capsys, ["--model", folders["ok"], "--text", TEXT, "--layers", "0", "--eps", "0",
+                                 "--max-tokens", "10"])
+    assert rc == 0 and "truncated" not in err  # a text that fits is not reported
 
 
 def test_python_api_refuses_the_same_mistakes(folders):

@@ -177,3 +177,28 @@ def test_user_bound_plugin_sound_and_unsound():
     assert "twice_castin" not in R.bound_names()
     with pytest.raises(ValueError, match="built in"):
         R.unregister_bound("jasmin")
+
+
+def test_a_non_finite_guaranteed_bound_is_unsound():
+    assert not R.is_sound("upper", float("nan"), 1.0) and not R.is_sound("upper", float("inf"), 1.0)
+    assert not R.is_sound("lower", float("nan"), 1.0)
+    assert R.is_sound("upper", float("nan"), 1.0, guaranteed=False)  # not proven here: claims nothing
+    X, w = _case(3)
+    R.register_bound(lambda X, w: torch.full((*X.shape[:-2], w.h), float("nan"), dtype=X.dtype), name="nan_b")
+    try:
+        rows = R.evaluate(X, w, names=["nan_b"]).rows()
+        assert rows and not any(r["sound"] for r in rows if r["method"] == "nan_b")
+    finally:
+        R.unregister_bound("nan_b")
+
+
+def test_a_per_head_plugin_may_drop_the_batch_axis_for_one_input():
+    X, w = _case(4, B=1)
+    R.register_bound(lambda X, w: 2 * castin.bound(X, w)[0], name="one_input")  # (h,) for X of shape (1, n, d)
+    try:
+        ev = R.evaluate(X, w, names=["one_input"])
+        assert torch.allclose(ev.values[("one_input", "head")], 2 * castin.bound(X, w))
+        with pytest.raises(ValueError, match=r"expected \(2, 2\)"):  # two inputs: (h,) would be ambiguous
+            R.evaluate(*_case(4, B=2), names=["one_input"])
+    finally:
+        R.unregister_bound("one_input")

@@ -42,6 +42,21 @@ def test_unavailable_hub_model_in_analyze_names_cli_fixes(monkeypatch):
     assert "pretrained=" not in msg and "--model minilm" in msg and got.value.fix.endswith(" gpt2")
 
 
+def test_tiny_gpt2_without_its_tokenizer_names_the_tokenizer(monkeypatch):
+    from harness.analyze import inputs
+
+    def missing():
+        raise DataNotFound("the GPT-2 tokenizer is not in the hub cache", fix="hf download openai-community/gpt2")
+
+    monkeypatch.setattr(text, "gpt2_tokenizer", missing)
+    monkeypatch.setattr(text, "_cached", text._cached.__wrapped__)  # no model cached by another test
+    with pytest.raises(DataNotFound) as got:
+        inputs.load_model("tiny-gpt2")
+    msg = str(got.value)
+    assert "not an alias" not in msg and "gpt2's tokenizer" in msg and "GPT-2 tokenizer is not in" in msg
+    assert got.value.fix == "hf download openai-community/gpt2"
+
+
 def test_load_is_cached_and_matches_source():
     a, b = text.load("tiny-bert", "auto", 0), text.load("tiny-bert", None, 0)
     assert a is b and a.source == text.model_source("tiny-bert") and not a.info["pretrained"]

@@ -140,6 +140,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     call, mask, labels = model_inputs(mdl, texts, tk, budget, dev)
     if is_text:
         validate.check_tokenizer(mdl, tk, call["input_ids"], mask, notices)
+        validate.truncation_notice(tk, texts, budget, validate.position_limit(mdl), notices)
     got = adapter.capture(call, layers)["inputs"]
     causal = adapter.causal
     mask = mask if mask is not None else adapter.padding_mask
@@ -180,7 +181,8 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     cols = ["input", "text", "n_tokens", "layer", "head", "scope", "method", "kind", "bounds", "value", "truth",
             "ratio", "converged", "guaranteed", "sound", "user", "note"]
     df = pd.DataFrame(rows, columns=cols).sort_values(["input", "layer", "head", "method"], kind="stable")
-    df["note"] = df["note"].fillna("")  # "n/a: <reason>" where a bound is not proven for the layer's map
+    # "n/a: <reason>" where a bound is not proven for the layer's map, else empty
+    df["note"] = [v if isinstance(v, str) else "" for v in df["note"]]
     df = df.reset_index(drop=True)
     df.attrs.update(model=str(model) if not isinstance(model, torch.nn.Module) else type(model).__name__,
                     source=source, architecture=adapter.name, causal=causal, dtype=str(dt).replace("torch.", ""),

@@ -11,14 +11,13 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.data import paths
+from harness.data import sources, text as corpora
 from harness.errors import DataNotFound
 from harness.models import hub, text as text_models
 
-SHIPPED = {  # dataset name -> (builder, files relative to the data root by split, text columns)
-    "sst2": ("csv", {"train": "sst2/train.tsv", "validation": "sst2/dev.tsv", "dev": "sst2/dev.tsv"},
-             ("sentence", "content")),
-    "ag_news": ("csv", {"test": "ag_news/test.csv"}, ("title", "description")),
+SHIPPED = {  # dataset name -> {split as the user writes it: split of harness.data.text}
+    "sst2": {"train": "train", "validation": "dev", "dev": "dev"},
+    "ag_news": {"test": "test"},
 }
 TEXT_COLUMNS = ("text", "sentence", "content", "document", "review", "description")
 BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".txt": "text", ".parquet": "parquet"}
@@ -40,8 +39,10 @@ def load_model(spec, device="cpu"):
                                " Fix: save the model there with model.save_pretrained(DIR) and its tokenizer with "
                                "tokenizer.save_pretrained(DIR)")
 
-        model = AutoModel.from_pretrained(name, attn_implementation="eager").to(device).eval()
-        tok = AutoTokenizer.from_pretrained(name) if hub.has_tokenizer(name) else None
+        # never the folder's own Python: check_model_folder refuses auto_map configs, and this refuses the rest
+        model = AutoModel.from_pretrained(name, attn_implementation="eager", trust_remote_code=False)
+        model = model.to(device).eval()
+        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=False) if hub.has_tokenizer(name) else None
         return model, tok, f"folder:{Path(name).resolve()}"
     low = name.lower()
     if name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name:  # a path, not a hub name
@@ -54,6 +55,9 @@ def load_model(spec, device="cpu"):
     except DataNotFound as e:
         if low in text_models.MINILM_ALIASES:
             raise
+        if low in text_models.TINY:  # random weights, but the real tokenizer: say which piece is missing
+            raise DataNotFound(f"--model {name!r} (random-init, {text_models.TINY[low][0]}'s tokenizer) cannot be "
+                               f"built here: {e}", fix=e.fix) from e
         why = e.reason if isinstance(e, text_models.WeightsUnavailable) else str(e)
         get = f"a hub name after `{e.fix}` with network access" if e.fix else "a hub name in the local cache"
         raise DataNotFound(f"--model {name!r} is not an alias ({', '.join(('minilm', *text_models.TINY))}), not a "
@@ -76,7 +80,7 @@ def _text_of(row: dict, cols: Sequence[str]) -> str:
 
 def load_dataset_texts(spec: str, samples: int, seed: int = 0) -> List[str]:
     """Texts through Hugging Face `datasets`: spec = NAME_OR_FILES[:split]. Shipped names ("sst2", "ag_news")
-    read the offline files under $ATTNLIP_DATA; a file path (or comma-separated paths) uses the builder of its
+    are read as the experiments read them (harness.data.text: the mirror, a fetched copy, else a download); a file path (or comma-separated paths) uses the builder of its
     extension (.csv/.tsv/.json/.jsonl/.txt/.parquet); anything else is a hub dataset name. `samples` rows are
     drawn with `seed` (all rows if samples >= the split size)."""
     import datasets
@@ -84,13 +88,17 @@ def load_dataset_texts(spec: str, samples: int, seed: int = 0) -> List[str]:
     name, _, split = spec.partition(":")
     low = name.lower().replace("-", "_")
     if low in SHIPPED:
-        builder, files, cols = SHIPPED[low]
-        split = split or next(iter(files))
-        if split not in files:
-            raise ValueError(f"dataset {name!r} has splits {sorted(files)}, got {split!r}")
-        path = paths.data_path(files[split])
-        kw = {"delimiter": "\t"} if str(path).endswith(".tsv") else {}
-        ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split, **kw)
+        splits = SHIPPED[low]
+        split = split or next(iter(splits))
+        if split not in splits:
+            raise ValueError(f"dataset {name!r} has splits {sorted(splits)}, got {split!r}")
+        try:  # the mirror, a fetched copy or a download, as the experiments read it
+            texts = corpora.load_corpus(low, splits[split] if low == "sst2" else None)
+        except DataNotFound as e:
+            raise DataNotFound(f"--dataset {spec} reads {sources.get(low).what.split(':')[0]}, which is not available here: {e}",
+                               fix=e.fix or f"attnlip data fetch {low}") from None
+        ds = datasets.Dataset.from_dict({"text": texts})
+        cols = ["text"]
     else:
         files = [f for f in name.split(",") if f]
         if files and all(os.path.exists(f) for f in files):

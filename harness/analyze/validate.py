@@ -46,11 +46,17 @@ def parse_layers(spec: str) -> List[int]:
     return out
 
 
+# The largest --eps: token norms are O(1..100), so a larger ball is no longer a perturbation, and its squared
+# radius drives the attention scores of a float32 forward pass (and the bounds' products) toward overflow, where
+# a bound would read inf and PGD 0.
+MAX_EPS = 1e6
+
+
 def check_numbers(eps: float, pgd_steps: int, samples: Optional[int] = None, max_tokens: Optional[int] = None
                   ) -> None:
-    """Ranges of the numeric options: eps >= 0 (finite), pgd_steps >= 0, samples >= 1, max_tokens >= 2."""
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
-        raise UsageError("--eps", f"the radius must be a finite number >= 0, got {eps}",
+    """Ranges of the numeric options: 0 <= eps <= MAX_EPS, pgd_steps >= 0, samples >= 1, max_tokens >= 2."""
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and 0 <= eps <= MAX_EPS):
+        raise UsageError("--eps", f"the radius must be a number in [0, {MAX_EPS:g}], got {eps}",
                          "pass --eps 0.01 (the default), or --eps 0 to skip Theorem 1's delta and PGD")
     if pgd_steps < 0:
         raise UsageError("--pgd-steps", f"the number of PGD steps must be >= 0, got {pgd_steps}",
@@ -171,6 +177,22 @@ def token_budget(max_tokens: Optional[int], default: Optional[int], model, token
         raise UsageError("--max-tokens", f"{m} exceeds the {limit} positions the model has "
                                          "(config.max_position_embeddings)", f"pass --max-tokens {limit} or less")
     return m
+
+
+def truncation_notice(tokenizer, texts: Sequence[str], budget: Optional[int], limit: Optional[int],
+                      notices: list) -> None:
+    """A notice when texts are longer than `budget` tokens (special tokens included) and were cut: how many, the
+    longest, and how to keep more (up to the model's `limit` positions). Nothing is cut silently."""
+    if not budget or tokenizer is None:
+        return
+    lens = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"]]
+    cut = [n for n in lens if n > budget]
+    if not cut:
+        return
+    more = (f"pass --max-tokens up to {limit} to keep more" if limit is not None and limit > budget
+            else "the model has no more positions: split long texts to analyze the rest")
+    notices.append(f"{len(cut)} of {len(lens)} text(s) are longer than {budget} tokens (longest {max(cut)}) and "
+                   f"were truncated to {budget}: {more}")
 
 
 def require_tokenizer(tokenizer) -> None:

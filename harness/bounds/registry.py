@@ -207,7 +207,7 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
                    guaranteed: Optional[Callable] = None, replace: bool = False, bounds: str = "local",
                    residual: bool = False) -> List[Bound]:
     """Add a user's bound: `fn(X, w, causal=False)` returning (..., h) per-head (scope "head") or (...,) per-layer
-    (scope "layer") values at X (..., n, d), AttentionWeights w. A per-head upper bound also joins the layer
+    (scope "layer") values at X (..., n, d), AttentionWeights w; for a single input (h,) or () is accepted. A per-head upper bound also joins the layer
     scope as the sum over heads. `guaranteed(X, w, causal)` -> (...,) bool, optional. Returns the new entries.
     bounds="ball_change" (scope "layer"): `fn(X, w, eps, causal=False)` -> (...,) bounds ||F(X') - F(X)||_F over
     ||X' - X||_F <= eps (eps a number or a (...,) tensor), of F + identity if `residual`; certification uses it.
@@ -229,6 +229,8 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
         out = fn(s.X, s.w, *eps, causal=s.causal) if takes_causal else fn(s.X, s.w, *eps)
         out = torch.as_tensor(out, dtype=s.X.dtype, device=s.X.device)
         want = (*s.X.shape[:-2], s.w.h) if scope == "head" else tuple(s.X.shape[:-2])
+        if tuple(out.shape) == want[len(s.X.shape) - 2:] and math.prod(s.X.shape[:-2]) == 1:
+            out = out.reshape(want)  # one input: (h,) per head or () per layer, without its batch axes
         if tuple(out.shape) != want:
             raise ValueError(f"user bound {name!r} returned shape {tuple(out.shape)}, expected {want} (scope {scope})")
         return out
@@ -356,9 +358,12 @@ SOUND_RTOL = tolerances.SOUND_RTOL  # beyond the truth's relative accuracy in ev
 def is_sound(kind: str, value: float, reference: float, guaranteed: bool = True) -> bool:
     """THE soundness rule: False only for a guaranteed upper bound below its reference (the truth for a local or
     ball bound, PGD at the same eps for a ball-change bound), or a lower bound above it, by more than SOUND_RTOL
-    relative to the reference."""
+    relative to the reference. A guaranteed bound that is not a finite number (NaN, or an infinity that
+    promises nothing) is unsound: a bound not proven at an input is declared not guaranteed instead."""
     if not guaranteed or kind not in ("upper", "lower"):
         return True
+    if not math.isfinite(value):
+        return False
     tol = SOUND_RTOL * abs(reference)
     return not (value < reference - tol) if kind == "upper" else not (value > reference + tol)
 

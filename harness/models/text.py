@@ -23,6 +23,7 @@ model's config), True (weights required: DataNotFound otherwise), False (random 
 The forward pass runs in the model's own float32 weights on `device`; X and the weights are then cast to
 `dtype` on `device`. decoder=True runs a BERT-family model as a decoder (causal mask in every layer, the
 papers' "BERT decoder"); Layer.causal says whether the measured map is masked (decoder or a causal model).
+No model's own code ever runs: every from_pretrained passes trust_remote_code=False.
 Absent weights, tokenizers or corpora raise harness.errors.DataNotFound (a MissingData; WeightsUnavailable when
 pretrained weights were required).
 """
@@ -157,7 +158,7 @@ def bert_tokenizer():
     """BERT uncased WordPiece tokenizer (30,522 tokens) from the MiniLM package: same vocab as bert-base-uncased."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(minilm_path())
+    return AutoTokenizer.from_pretrained(minilm_path(), trust_remote_code=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,13 +170,14 @@ def gpt2_tokenizer():
     for repo in GPT2_REPOS:
         snap = hub.cached_snapshot(repo, hub.TOKENIZER_FILES)
         if snap:
-            return AutoTokenizer.from_pretrained(snap)
+            return AutoTokenizer.from_pretrained(snap, trust_remote_code=False)
     rem = hub.remote(GPT2_REPOS[1])
     if rem.sha:
-        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS))
+        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS),
+                                             trust_remote_code=False)
     mirror = paths.mirror_root()
     if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
-        return AutoTokenizer.from_pretrained(str(mirror / "gpt2_tokenizer"))
+        return AutoTokenizer.from_pretrained(str(mirror / "gpt2_tokenizer"), trust_remote_code=False)
     raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem) +
                        f", or set {paths.DATA_ENV} to a mirror folder holding gpt2_tokenizer/",
                        fix=f"{hub.CLI} {GPT2_REPOS[1]} {' '.join(hub.TOKENIZER_PATTERNS[:4])}")
@@ -188,10 +190,10 @@ def _default_config(name: str):
 
     low = name.lower()
     if low in MINILM_ALIASES:
-        return AutoConfig.from_pretrained(minilm_path())
+        return AutoConfig.from_pretrained(minilm_path(), trust_remote_code=False)
     snap = hub.cached_snapshot(name, ("config.json",))
     if snap:
-        return AutoConfig.from_pretrained(snap)
+        return AutoConfig.from_pretrained(snap, trust_remote_code=False)
     kind = DEFAULT_CONFIGS.get(low)
     if kind == "gpt2":
         return GPT2Config()
@@ -199,7 +201,7 @@ def _default_config(name: str):
         return BertConfig()
     rem = hub.remote(name)
     if rem.sha and "config.json" in rem.files:
-        return AutoConfig.from_pretrained(hub.download(rem, ("config.json",)))
+        return AutoConfig.from_pretrained(hub.download(rem, ("config.json",)), trust_remote_code=False)
     raise ValueError(f"no offline weights or config for model {name!r}: "
                      f"{hub.not_found('model', name, rem)}; or use 'minilm' or one of {sorted(TINY)}")
 
@@ -215,14 +217,15 @@ def tokenizer_for(name: str, model_type: str, folder: Optional[str] = None):
         return bert_tokenizer()
     folder = folder if hub.has_tokenizer(folder) else hub.cached_snapshot(name, hub.TOKENIZER_FILES)
     if folder:
-        return AutoTokenizer.from_pretrained(folder)
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     if model_type == "gpt2":
         return gpt2_tokenizer()
     if model_type == "bert" and ("uncased" in low or low in TINY):
         return bert_tokenizer()
     rem = hub.remote(name)
     if rem.sha and hub.wanted(rem, hub.TOKENIZER_FILES):
-        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS))
+        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS),
+                                             trust_remote_code=False)
     if model_type == "bert":
         return bert_tokenizer()
     if model_type in IMAGE_TYPES:
@@ -248,7 +251,7 @@ def build(name: str, pretrained: Pretrained = None, seed: int = 0, overrides: Op
     folder = None
     if kind in ("package", "hub"):
         folder = where if isinstance(where, str) else hub.download(where)
-        model = AutoModel.from_pretrained(folder, attn_implementation="eager")
+        model = AutoModel.from_pretrained(folder, attn_implementation="eager", trust_remote_code=False)
     else:
         config = _default_config(base)
         for k, v in ov.items():
