@@ -3,6 +3,7 @@ real layout), downloads through recording fakes, the mirror's precedence, and th
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,3 +265,70 @@ def test_missing_error_says_before_loading_whether_require_would_fail(env, monke
     assert resolve.missing_error("alice") is None
     monkeypatch.setenv("ATTNLIP_DATA", str(env / "not-a-folder"))
     assert "not a folder" in str(resolve.missing_error("alice"))  # a broken mirror setting: its own message
+
+
+# ---- fetch here, run there ---------------------------------------------------------------------------------------
+def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, capsys):
+    """`attnlip data fetch --for EXP --to DIR` on a node with network (faked: NLTK and the hub write their usual
+    files), then a fresh process with only the printed variables and no network finds every item there."""
+    import os
+    import subprocess
+    import sys
+
+    import huggingface_hub
+    import nltk
+
+    from harness import registry
+    from harness.data import cli
+    from harness.models import hub as models_hub
+
+    @registry.experiment
+    class _FetchProbe(registry.Experiment):
+        name = "_fetch_probe"
+        grid = {"model": ["tiny-gpt2"], "corpus": ["alice"]}
+
+        def run(self, cell, ctx):
+            return []
+
+    def fake_nltk(pkg, download_dir=None, **k):
+        f = Path(download_dir) / "corpora" / "gutenberg" / "carroll-alice.txt"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(ALICE, encoding="latin1")
+        return True
+
+    def fake_snapshot(repo, allow_patterns=(), revision=None, cache_dir=None, **k):
+        top = Path(cache_dir) / ("models--" + repo.replace("/", "--"))
+        snap = top / "snapshots" / revision
+        snap.mkdir(parents=True)
+        for f in allow_patterns:
+            (snap / f).write_text("{}")
+        (top / "refs").mkdir()
+        (top / "refs" / "main").write_text(revision)
+        return str(snap)
+
+    online(monkeypatch)
+    monkeypatch.setattr(nltk, "download", fake_nltk)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    monkeypatch.setattr(models_hub, "remote", lambda name: models_hub.Remote(
+        name, SHA, ("config.json", "vocab.json", "merges.txt", "tokenizer.json", "model.safetensors"), ""))
+    monkeypatch.setenv("HF_HOME", str(env / "home-hf"))  # what --to replaces
+    try:
+        assert cli.needs(["_fetch_probe"], ["quick"]) == (["alice"], {"openai-community/gpt2": "tokenizer"})
+        dest = env / "carry"
+        assert cli.main(["fetch", "--for", "_fetch_probe", "--to", str(dest)]) == 0
+        out = capsys.readouterr().out
+        assert "all 2 item(s) available" in out and f"export HF_HOME={dest / 'huggingface'}" in out
+        snap = dest / "huggingface" / "hub" / "models--openai-community--gpt2" / "snapshots" / SHA
+        assert sorted(p.name for p in snap.iterdir()) == ["config.json", "merges.txt", "tokenizer.json", "vocab.json"]
+        export = out.split("before running: export ")[1].split()
+        node = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "NLTK", "ATTNLIP"))}
+        node.update(dict(kv.split("=", 1) for kv in export), HF_HUB_OFFLINE="1")
+        probe = ("from harness.data import resolve; from harness.models import hub; "
+                 "print(resolve.locate('alice').path); print(hub.cached_snapshot('openai-community/gpt2', "
+                 "hub.TOKENIZER_FILES))")
+        got = subprocess.run([sys.executable, "-c", probe], env=node, capture_output=True, text=True, check=True)
+        assert got.stdout.split() == [str(dest / "nltk_data"), str(snap)], got.stderr
+        with pytest.raises(ValueError, match="no experiment matches"):
+            cli.needs(["no_such_exp*"], ["quick"])
+    finally:
+        registry.unregister("_fetch_probe")

@@ -119,7 +119,9 @@ def test_text_rows_declare_the_corpus_they_read(nothing, name):
     p = runner.plan(name, _cfg(nothing, scale="quick"), verify=False)
     text = [t for t in p.tasks if t.cell["model"] != "vit"]
     assert text and all(t.data_source == f"missing:{TEXT_ROWS[name]}" for t in text), name
-    assert all([m["item"] for m in t.missing] == [f"dataset {TEXT_ROWS[name]}"] for t in text), name
+    # the corpus, and for a random-init GPT-2 its tokenizer unless a hub cache holds it
+    assert all([m["item"] for m in t.missing if m["item"] != "the GPT-2 tokenizer"] == [f"dataset {TEXT_ROWS[name]}"]
+               for t in text), name
     vit = [t for t in p.tasks if t.cell["model"] == "vit"]
     assert vit and all(t.data_source and "alice" not in t.data_source for t in vit), name
 
@@ -170,3 +172,37 @@ def test_dry_run_names_each_missing_item_once(nothing):
     assert any(line.endswith("get it with: hf download bert-base-uncased") and "-- 1 cell(s)" in line
                for line in skips)
     assert CALLS == []  # planning computes nothing
+
+
+class _NeedsTokenizer(Experiment):
+    """A random-init GPT-2: no weights to fetch, but the real GPT-2 tokenizer."""
+
+    name = "_preflight_tokenizer"
+    grid = {"model": ["tiny-gpt2"], "n": [1, 2]}
+
+    def run(self, cell, ctx):
+        CALLS.append(cell["n"])
+        return [{"v": 1}]
+
+
+def test_a_random_init_gpt2_without_its_tokenizer_is_named_before_running(nothing, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(nothing / "hf" / "hub"))  # as a fresh process reads HF_HOME
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    experiment(_NeedsTokenizer)
+    try:
+        lines: list = []
+        cli.cmd_dry_run(["_preflight_needs", "_preflight_tokenizer"], _cfg(nothing), out=lines.append)
+        tok = [line for line in lines if line.startswith("would skip: the GPT-2 tokenizer")]
+        assert len(tok) == 1 and "-- 2 cell(s)" in tok[0] and "hf download openai-community/gpt2" in tok[0], lines
+        assert lines[-1].startswith("4 cell(s) cannot run here: missing dataset alice, model bert-base-uncased, "
+                                    "the GPT-2 tokenizer")  # alice 2 cells, BERT 1 of them, tokenizer 2
+        assert lines[-1].endswith("`attnlip data fetch --for _preflight_needs,_preflight_tokenizer`")
+        snap = nothing / "hf" / "hub" / "models--openai-community--gpt2" / "snapshots" / "abc"
+        snap.mkdir(parents=True)
+        (snap / "tokenizer.json").write_text("{}")  # fetched: the cells can run
+        tasks = runner.plan("_preflight_tokenizer", _cfg(nothing), verify=False).tasks
+        assert [t.missing for t in tasks] == [[], []]
+    finally:
+        registry.unregister("_preflight_tokenizer")

@@ -48,6 +48,30 @@ def _model(src: Optional[str], cell: Dict[str, Any]) -> Optional[Missing]:
                        f"{hub.not_found('model', name, hub.remote(name))}"}
 
 
+def _tokenizer(src: Optional[str]) -> Optional[Missing]:
+    """The GPT-2 tokenizer a random-init GPT-2 ("random-init:gpt2(...)", "random-init:tiny-gpt2(...)") still needs
+    (harness.models.text.gpt2_tokenizer's sources: the hub cache, a download, the mirror's gpt2_tokenizer/)."""
+    if not src or not src.startswith("random-init:"):
+        return None
+    from ..data import paths
+    from ..models import hub, text
+
+    name = src[len("random-init:"):].split("(")[0].lower()
+    base = text.TINY.get(name, (name, None))[0]
+    if text.DEFAULT_CONFIGS.get(base.lower()) != "gpt2":
+        return None
+    if any(hub.cached_snapshot(r, hub.TOKENIZER_FILES) for r in text.GPT2_REPOS) or not hub.offline():
+        return None
+    mirror = paths.mirror_root()
+    if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
+        return None
+    repo = text.GPT2_REPOS[1]
+    return {"item": "the GPT-2 tokenizer", "fix": f"{hub.CLI} {repo} {' '.join(hub.TOKENIZER_PATTERNS[:4])}",
+            "message": f"the GPT-2 tokenizer (for {name}, random-init weights) is not in the hub cache "
+                       f"({hub.cache_dir()}) and downloads are off; `attnlip data fetch --for EXP` gets it, or a "
+                       "mirror folder gpt2_tokenizer/ under ATTNLIP_DATA"}
+
+
 def missing(exp: Experiment, cell: Dict[str, Any], model_source: Optional[str],
             memo: Optional[Dict[str, Optional[Missing]]] = None) -> List[Missing]:
     """The external items of one cell that cannot be had now (empty: it can run). `memo` shares the answers
@@ -64,6 +88,7 @@ def missing(exp: Experiment, cell: Dict[str, Any], model_source: Optional[str],
     out = [once(f"data:{name}", lambda: _dataset(name)) for name in exp.data_names(cell) if name in sources.DATASETS]
     if model_source is not None:
         out.append(once(f"model:{model_source}", lambda: _model(model_source, cell)))
+        out.append(once(f"tokenizer:{model_source}", lambda: _tokenizer(model_source)))
     return [m for m in out if m]
 
 
@@ -118,5 +143,11 @@ def plan_lines(plans: Sequence[Any]) -> List[str]:
     lack (harness.run.plan.ExpPlan: `.exp.name`, `.tasks` with `.state`, `.label`, `.missing`)."""
     groups = _grouped((m, f"{p.exp.name} [{t.label}]") for p in plans for t in p.tasks if t.state != "cached"
                       for m in t.missing)
-    return [f"would skip: {g['m']['message']} -- {len(g['cells'])} cell(s); get it with: "
-            f"{g['m']['fix'] or DEFAULT_FIX}" for g in groups]
+    lines = [f"would skip: {g['m']['message']} -- {len(g['cells'])} cell(s); get it with: "
+             f"{g['m']['fix'] or DEFAULT_FIX}" for g in groups]
+    if groups:
+        cells = {c for g in groups for c in g["cells"]}
+        exps = sorted({p.exp.name for p in plans for t in p.tasks if t.state != "cached" and t.missing})
+        lines.append(f"{len(cells)} cell(s) cannot run here: missing {', '.join(g['m']['item'] for g in groups)}; "
+                     f"get them all on a machine with network with `attnlip data fetch --for {','.join(exps)}`")
+    return lines
