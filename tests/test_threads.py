@@ -161,3 +161,16 @@ def test_analyze_threads_must_be_positive(monkeypatch, capsys):
     assert entry.main(["analyze", "--model", "minilm", "--text", "x", "--threads", "0"]) == 2
     err = capsys.readouterr().err
     assert "--threads: 0 is not a thread count. Fix: give a whole number >= 1" in err and "Traceback" not in err
+
+
+def test_run_all_refuses_more_threads_than_cores(monkeypatch, capsys, tmp_path):
+    from harness import cli
+
+    monkeypatch.setattr(config, "available_cores", lambda: 2)
+    base = ["--dry-run", "--results-dir", str(tmp_path), "jasmin_softmax"]
+    assert cli.main(["--threads", "999"] + base, out=lambda *a: None) == 2
+    assert "--threads 999 x 1 worker(s) on 2 available core(s)" in capsys.readouterr().err
+    assert cli.main(["--threads", "2", "-j", "2"] + base, out=lambda *a: None) == 2  # 2 workers x 2 threads
+    assert "pass --threads 1 or less" in capsys.readouterr().err
+    assert cli.main(["--threads", "2"] + base, out=lambda *a: None) == 0
+    assert cli.main(["--threads", "8", "--executor", "submitit"] + base, out=lambda *a: None) == 0  # other nodes

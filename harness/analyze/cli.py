@@ -94,13 +94,28 @@ def threads(requested: Optional[int]) -> int:
 
     if requested is not None and requested < 1:
         raise validate.UsageError("--threads", f"{requested} is not a thread count", "give a whole number >= 1")
+    cores = config.available_cores()
+    if requested is not None and requested > cores:  # oversubscribed threads only wait on each other
+        raise validate.UsageError("--threads", f"{requested} threads on {cores} available core(s) would only slow "
+                                               "the analysis down", f"pass --threads {cores} or less")
     process.retain_freed_memory()
     choice = config.init_threads_choice(requested)
-    cores = config.available_cores()
     if choice.source in ("cpu sample", "load average") and choice.count < cores:
         print(f"attnlip analyze: note: {choice.count} of {cores} cores ({choice.detail}); --threads {cores} uses "
               f"all of them", file=sys.stderr)
     return choice.count
+
+
+# PGD steps beyond this are refused: each step is a forward and backward pass of every layer analyzed, and the
+# attack's value stops moving long before (the papers use 10-200 steps).
+MAX_PGD_STEPS = 10_000
+
+
+def check_pgd_steps(steps: int) -> None:
+    if steps > MAX_PGD_STEPS:
+        raise validate.UsageError("--pgd-steps", f"{steps} steps would run for hours (each is a forward and backward "
+                                                 "pass of every layer analyzed)",
+                                  f"pass at most {MAX_PGD_STEPS} (default 20; the papers use 10-200)")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -190,6 +205,7 @@ def _run(a) -> int:
 
     try:
         threads(a.threads)
+        check_pgd_steps(a.pgd_steps)
         validate.check_options(a)
         check_out(a.out)
         check_model_folder(a.model)
