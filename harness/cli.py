@@ -117,22 +117,10 @@ def _executor(args) -> str:
     return "process" if args.jobs > 1 or args.fresh_workers else "serial"
 
 
-def _check_threads(args, executor: str) -> None:
-    """--threads on this machine (serial or process pool): at least 1, and the workers' threads together not more
-    than the cores (oversubscribed threads only wait on each other). A cluster's nodes are not this machine."""
-    if args.threads is None or executor == "submitit":
-        return
-    if args.threads < 1:
-        raise ValueError(f"--threads {args.threads}: give a whole number >= 1")
-    workers = args.jobs if executor == "process" else 1
-    cores = _config.available_cores()
-    if args.threads * workers > cores:
-        raise ValueError(f"--threads {args.threads} x {workers} worker(s) on {cores} available core(s) would only slow "
-                         f"the run down; pass --threads {max(1, cores // workers)} or less (or fewer -j)")
-
-
 def _run_config(args) -> _runner.RunConfig:
-    _check_threads(args, _executor(args))
+    executor = _executor(args)
+    if executor != "submitit":  # a cluster's nodes are not this machine
+        _config.check_threads(args.threads, args.jobs if executor == "process" else 1)
     eparams = {}
     for k, v in _grid.parse_set(args.executor_param).items():
         eparams[k] = v[0] if len(v) == 1 else v

@@ -66,6 +66,19 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def check_threads(threads: Optional[int], workers: int = 1) -> None:
+    """--threads for `workers` processes on this machine: at least 1, and all their threads together not more than
+    the available cores (oversubscribed threads only wait on each other). ValueError with the fix otherwise."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"--threads {threads}: give a whole number >= 1")
+    cores = available_cores()
+    if threads * workers > cores:
+        raise ValueError(f"--threads {threads} x {workers} worker(s) on {cores} available core(s) would only slow "
+                         f"the run down; pass --threads {max(1, cores // workers)} or less (or fewer -j)")
+
+
 def _proc_stat() -> Optional[dict]:
     """{cpu index: (busy jiffies, total jiffies)} from /proc/stat's per-CPU lines; None where there is none."""
     try:

@@ -40,8 +40,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_main(rest)
     if cmd == "data":
         from harness.data.cli import main as data_main
+        from harness.run import fetch
 
-        return data_main(rest)
+        return data_main(rest, planner=fetch)
     print(f"attnlip: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
     return 2
 

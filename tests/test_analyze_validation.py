@@ -79,7 +79,7 @@ def _refused(capsys, args, option, *fix):
     (["--eps", "1e308"], "--eps", ["in [0, 1e+06]"]),  # no inf bound, no PGD lower bound of 0
     (["--pgd-steps", "-1"], "--pgd-steps", ["--pgd-steps 0 to skip"]),
     (["--pgd-steps", "1000000000"], "--pgd-steps", ["would run for hours", "at most 10000"]),
-    (["--threads", "999"], "--threads", ["999 threads on", "or less"]),
+    (["--threads", "999"], "--threads", ["available core(s) would only slow", "or less"]),
     (["--device", "gpu7"], "--device", ["--device cpu"]),
 ])
 def test_bad_option_is_refused_with_its_fix(folders, capsys, extra, option, fix):

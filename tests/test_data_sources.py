@@ -281,6 +281,7 @@ def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, ca
     from harness import registry
     from harness.data import cli
     from harness.models import hub as models_hub
+    from harness.run import fetch
 
     @registry.experiment
     class _FetchProbe(registry.Experiment):
@@ -313,9 +314,11 @@ def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, ca
         name, SHA, ("config.json", "vocab.json", "merges.txt", "tokenizer.json", "model.safetensors"), ""))
     monkeypatch.setenv("HF_HOME", str(env / "home-hf"))  # what --to replaces
     try:
-        assert cli.needs(["_fetch_probe"], ["quick"]) == (["alice"], {"openai-community/gpt2": "tokenizer"})
+        assert fetch.needs(["_fetch_probe"], ["quick"]) == (["alice"], {"openai-community/gpt2": "tokenizer"})
         dest = env / "carry"
-        assert cli.main(["fetch", "--for", "_fetch_probe", "--to", str(dest)]) == 0
+        assert cli.main(["fetch", "--for", "_fetch_probe", "--to", str(dest)]) == 2  # needs the experiments
+        assert "run it as `attnlip data fetch`" in capsys.readouterr().err
+        assert cli.main(["fetch", "--for", "_fetch_probe", "--to", str(dest)], planner=fetch) == 0
         out = capsys.readouterr().out
         assert "all 2 item(s) available" in out and f"export HF_HOME={dest / 'huggingface'}" in out
         snap = dest / "huggingface" / "hub" / "models--openai-community--gpt2" / "snapshots" / SHA
@@ -329,6 +332,6 @@ def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, ca
         got = subprocess.run([sys.executable, "-c", probe], env=node, capture_output=True, text=True, check=True)
         assert got.stdout.split() == [str(dest / "nltk_data"), str(snap)], got.stderr
         with pytest.raises(ValueError, match="no experiment matches"):
-            cli.needs(["no_such_exp*"], ["quick"])
+            fetch.needs(["no_such_exp*"], ["quick"])
     finally:
         registry.unregister("_fetch_probe")

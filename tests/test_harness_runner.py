@@ -179,6 +179,32 @@ def test_corrupt_cell_detected_and_recomputed(fake):
     assert 123.0 not in set(_table(fake.results, "_fake_squares")["value"])
 
 
+def test_a_crafted_cell_with_a_valid_checksum_is_corrupt_too(fake):
+    """A checksum proves a file unchanged, not sensible: text where the other cells hold numbers, parameters that
+    are not the cell's, or no rows, each with a freshly computed checksum, are recomputed and the table is the same
+    as before (byte for byte)."""
+    from harness.store.atomic import canonical_json, sha256
+
+    _run(["_fake_squares"], fake.cfg())
+    before = (fake.results / "_fake_squares" / "table.csv").read_bytes()
+    files = sorted((fake.results / "cache" / "cells" / "_fake_squares").glob("*.json"))
+
+    def craft(path, edit):
+        rec = json.loads(path.read_text())
+        edit(rec)
+        body = {k: v for k, v in rec.items() if k != "checksum"}
+        rec["checksum"] = sha256(canonical_json(body))
+        path.write_text(json.dumps(rec))
+        cells.load_cell(path)  # the checksum holds
+
+    craft(files[0], lambda r: r["rows"][0].update(value="not a number"))
+    craft(files[1], lambda r: r["cell"].update(n=99))
+    craft(files[2], lambda r: r.update(rows=[]))
+    r = _run(["_fake_squares"], fake.cfg())["_fake_squares"]
+    assert (r.corrupt, r.computed, r.cached) == (3, 3, 3)
+    assert (fake.results / "_fake_squares" / "table.csv").read_bytes() == before
+
+
 def test_collect_rebuilds_from_cache_alone(fake):
     _run(["_fake_squares"], fake.cfg(figures=True))
     before = _table(fake.results, "_fake_squares")

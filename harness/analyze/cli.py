@@ -94,10 +94,13 @@ def threads(requested: Optional[int]) -> int:
 
     if requested is not None and requested < 1:
         raise validate.UsageError("--threads", f"{requested} is not a thread count", "give a whole number >= 1")
+    try:
+        config.check_threads(requested)
+    except ValueError as e:  # more threads than cores
+        what, _, fix = str(e).partition("; ")
+        raise validate.UsageError("--threads", what.removeprefix(f"--threads {requested} x 1 worker(s) "), fix) \
+            from None
     cores = config.available_cores()
-    if requested is not None and requested > cores:  # oversubscribed threads only wait on each other
-        raise validate.UsageError("--threads", f"{requested} threads on {cores} available core(s) would only slow "
-                                               "the analysis down", f"pass --threads {cores} or less")
     process.retain_freed_memory()
     choice = config.init_threads_choice(requested)
     if choice.source in ("cpu sample", "load average") and choice.count < cores:

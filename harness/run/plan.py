@@ -12,7 +12,7 @@ from .. import grid as _grid
 from .. import registry as _registry
 from ..registry import Experiment
 from ..store import keys as _keys
-from ..store.cells import CellCache, CorruptCell
+from ..store.cells import CellCache, CorruptCell, column_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
 from .preflight import missing as missing_items
 from .substitutes import apply as apply_substitutes
@@ -305,6 +305,7 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
     tasks, events, memo = [], [], {}
+    loaded: List[tuple] = []  # (task, record) of the cells read from the cache, checked against each other below
     overrides = typed_overrides(exp, cfg)
     for cell in exp.cells(cfg.scale, overrides):
         cell, used, subs = apply_substitutes(exp, cell, cfg.scale, fixed=overrides)
@@ -319,13 +320,20 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
         if store.exists(name, key):
             if verify:
                 try:
-                    store.load(name, key)
+                    rec = store.load(name, key)
+                    problem = record_problem(rec, cell)
+                    if problem:
+                        raise CorruptCell(f"{store.path(name, key)}: {problem}")
                     t.state = "cached"
+                    loaded.append((t, rec))
                 except CorruptCell as e:
                     t.state, t.note = "corrupt", str(e)
             else:
                 t.state = "cached"
         tasks.append(t)
+    for i, why in column_conflicts([rec for _, rec in loaded]).items():
+        t = loaded[i][0]
+        t.state, t.note = "corrupt", f"{store.path(name, t.key)}: {why}"
     return ExpPlan(exp, code["hash"], tasks, code["reads_scale"], substituted=events)
 
 

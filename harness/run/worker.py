@@ -101,6 +101,9 @@ class RSSSampler:
 def check_rows(rows: Any) -> List[Dict[str, Any]]:
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
         raise TypeError(f"run() must return a list of dicts (tidy rows), got {type(rows).__name__}")
+    if not rows:
+        raise ValueError("run() returned no rows: every cell yields at least one (a cell file without rows is "
+                         "treated as corrupt)")
     for r in rows:
         bad = [k for k in r if k in RESERVED]
         if bad:

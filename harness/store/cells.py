@@ -1,10 +1,15 @@
-"""Cell files: `<root>/cells/<experiment>/<key>.json`, JSON with a checksum of their own canonical content."""
+"""Cell files: `<root>/cells/<experiment>/<key>.json`, JSON with a checksum of their own canonical content.
+
+A checksum proves a file unchanged, not sensible: a crafted file can carry a valid one. So a cell is also checked
+for structure before its rows are used (`record_problem`: tidy rows, the parameters of the cell it is filed under)
+and against the other cells of its experiment (`column_conflicts`: text where the others hold numbers). A cell that
+fails is corrupt: named, removed and recomputed, never rendered."""
 from __future__ import annotations
 
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, TypedDict, Union
+from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 from ..errors import CorruptFile
 from .atomic import atomic_write_text, canonical_json, sha256
@@ -100,6 +105,61 @@ def load_cell(path: Union[str, Path], key: Optional[str] = None) -> CellRecord:
     if not isinstance(rec.get("rows"), list):
         raise CorruptCell(f"{path}: no rows list")
     return rec
+
+
+def _plain(v: Any) -> bool:
+    """A JSON scalar, or a list / dict of them (a list of eps values, a per-head dict)."""
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return True
+    if isinstance(v, list):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
+    return False
+
+
+def rows_problem(rows: Any) -> Optional[str]:
+    """Why `rows` are not tidy rows, or None: a non-empty list of dicts with string keys and plain JSON values."""
+    if not isinstance(rows, list):
+        return f"rows are a {type(rows).__name__}, not a list"
+    if not rows:
+        return "no rows (every cell yields at least one)"
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            return f"row {i} is a {type(r).__name__}, not a dict"
+        for k, v in r.items():
+            if not isinstance(k, str) or not _plain(v):
+                return f"row {i}: {k!r} holds a {type(v).__name__}"
+    return None
+
+
+def record_problem(rec: Dict[str, Any], cell: Dict[str, Any]) -> Optional[str]:
+    """Why a checksummed record cannot be the result of `cell`, or None: its parameters differ from the cell's (the
+    key is derived from them, so they can differ only in a crafted file), or its rows are not tidy rows."""
+    if canonical_json(rec.get("cell")) != canonical_json(json.loads(canonical_json(cell))):
+        return f"its parameters {rec.get('cell')!r} are not those of the cell it is filed under ({cell!r})"
+    return rows_problem(rec.get("rows"))
+
+
+def column_conflicts(records: Sequence[Dict[str, Any]]) -> Dict[int, str]:
+    """index -> why, for the records (of one experiment) holding text in a column where another record holds
+    non-integer numbers: a string where a float belongs. Integers and booleans are left alone (a parameter may
+    legitimately be "auto" in one cell and false in another)."""
+    kinds: Dict[str, Dict[int, set]] = {}
+    for i, rec in enumerate(records):
+        for r in rec.get("rows") or ():
+            for k, v in r.items():
+                kind = "text" if isinstance(v, str) else "float" if isinstance(v, float) else None
+                if kind:
+                    kinds.setdefault(k, {}).setdefault(i, set()).add(kind)
+    out: Dict[int, str] = {}
+    for col, per in kinds.items():
+        floats = [i for i, ks in per.items() if "float" in ks]
+        texts = [i for i, ks in per.items() if "text" in ks]
+        if floats and texts:
+            for i in texts:
+                out.setdefault(i, f"column {col!r} holds text where other cells hold numbers")
+    return out
 
 
 def remove_quietly(path: Path) -> None:
