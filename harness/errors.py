@@ -33,3 +33,8 @@ class UnsupportedContext(AttnLipError, ValueError):
 
 class CorruptFile(AttnLipError):
     """A stored file (cell, artifact) that cannot be trusted: truncated, edited, wrong key, unsafe content."""
+
+
+class PluginError(AttnLipError, ValueError):
+    """A plug-in (a user's function loaded by name) raised, or returned something that cannot be bound values: the
+    user's code, reported in one line naming the plug-in (harness.plugins.guarded)."""

@@ -11,10 +11,13 @@ only when the installed packages do not have the module, so a local folder never
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
 from typing import Callable
+
+from harness.errors import PluginError
 
 
 def _import(mod: str):
@@ -45,4 +48,23 @@ def load_function(spec_: str) -> Callable:
     obj = _import(mod)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    return obj
+    return guarded(obj, spec_) if callable(obj) else obj
+
+
+def guarded(fn: Callable, spec_: str) -> Callable:
+    """`fn` as a plug-in is called: whatever it raises, and a result that cannot be bound values (text, bytes,
+    nothing), becomes a PluginError naming the plug-in, so a user's bug is one line and never a traceback of
+    ours. The signature and declared attributes (bound_name, scope, ...) stay those of `fn`."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the plug-in's own error, reported as its own
+            raise PluginError(f"plug-in {spec_} raised {e.__class__.__name__}: {str(e)[:300]}") from e
+        if out is None or isinstance(out, (str, bytes, dict, set)):
+            raise PluginError(f"plug-in {spec_} returned {type(out).__name__}, not bound values (a tensor or array "
+                              "of per-head or per-layer numbers)")
+        return out
+
+    return call

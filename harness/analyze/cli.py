@@ -204,6 +204,19 @@ def check_model_folder(model: str) -> None:
 
 
 def _run(a) -> int:
+    """One analysis; the plug-in bounds it registered are unregistered after it, so a caller in the same process
+    (a test, a notebook) never meets them in its own analyses."""
+    from harness.bounds import registry
+
+    before = set(registry.bound_names())
+    try:
+        return _analysis(a)
+    finally:
+        for name in set(registry.bound_names()) - before:
+            registry.unregister_bound(name)
+
+
+def _analysis(a) -> int:
     from harness.analyze import core, report
 
     try:

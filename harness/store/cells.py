@@ -141,24 +141,41 @@ def record_problem(rec: Dict[str, Any], cell: Dict[str, Any]) -> Optional[str]:
     return rows_problem(rec.get("rows"))
 
 
+def _kind(v: Any) -> Optional[str]:
+    if v is None or isinstance(v, bool):
+        return None  # missing values and flags may sit beside anything
+    if isinstance(v, (int, float)):
+        return "number"
+    return "text" if isinstance(v, str) else "container"
+
+
 def column_conflicts(records: Sequence[Dict[str, Any]]) -> Dict[int, str]:
-    """index -> why, for the records (of one experiment) holding text in a column where another record holds
-    non-integer numbers: a string where a float belongs. Integers and booleans are left alone (a parameter may
-    legitimately be "auto" in one cell and false in another)."""
-    kinds: Dict[str, Dict[int, set]] = {}
+    """index -> why, for the records (of one experiment) whose values in some column are of another kind (number,
+    text, list/dict) than most records': a string or a list where a number belongs, or the reverse. None and
+    booleans sit beside anything (a parameter may be "auto" in one cell and false in another)."""
+    kinds: Dict[str, Dict[int, frozenset]] = {}
     for i, rec in enumerate(records):
+        per: Dict[str, set] = {}
         for r in rec.get("rows") or ():
-            for k, v in r.items():
-                kind = "text" if isinstance(v, str) else "float" if isinstance(v, float) else None
-                if kind:
-                    kinds.setdefault(k, {}).setdefault(i, set()).add(kind)
+            if isinstance(r, dict):
+                for k, v in r.items():
+                    kind = _kind(v)
+                    if kind:
+                        per.setdefault(k, set()).add(kind)
+        for k, ks in per.items():
+            kinds.setdefault(k, {})[i] = frozenset(ks)
     out: Dict[int, str] = {}
     for col, per in kinds.items():
-        floats = [i for i, ks in per.items() if "float" in ks]
-        texts = [i for i, ks in per.items() if "text" in ks]
-        if floats and texts:
-            for i in texts:
-                out.setdefault(i, f"column {col!r} holds text where other cells hold numbers")
+        if len({k for ks in per.values() for k in ks}) < 2:
+            continue
+        counts: Dict[frozenset, int] = {}
+        for ks in per.values():
+            counts[ks] = counts.get(ks, 0) + 1
+        usual = max(counts, key=lambda ks: (counts[ks], ks == frozenset({"number"})))
+        for i, ks in per.items():
+            if ks != usual:
+                out.setdefault(i, f"column {col!r} holds {'/'.join(sorted(ks))} where the other cells hold "
+                                  f"{'/'.join(sorted(usual))}")
     return out
 
 
