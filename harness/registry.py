@@ -45,6 +45,32 @@ from typing import Any, Callable, Dict, List, Optional
 _REGISTRY: Dict[str, "Experiment"] = {}
 _LOADED = False
 
+# The values a grid parameter can take, by name, for every experiment using that name (one name, one meaning); an
+# experiment's `ranges` adds or overrides entries. "--set" values outside are refused when the run is planned, with
+# the range, instead of failing inside a cell. ">=1": a whole count; ">0": a positive size or scale; for list
+# parameters (eps values, l2 radii) the rule applies to each element.
+PARAM_RANGES: Dict[str, str] = {
+    **dict.fromkeys(("n", "count", "heads", "points", "samples", "test_size", "train_size", "vit_d", "vit_depth",
+                     "vit_heads", "patch", "reps", "radius_count", "radius_n", "n_eval", "n_heat", "n_jac",
+                     "full_map_max_n", "hist_bins", "lanczos_iters", "pgd_restarts", "a", "b"), ">=1"),
+    **dict.fromkeys(("epochs", "pgd_steps", "train_steps", "k", "tokens", "n_aa", "train_seed", "lam", "eps",
+                     "rel_sizes"), ">=0"),
+    **dict.fromkeys(("lr", "temperature", "extent", "r_min", "r_max", "gr2_min", "gr2_max", "settle", "input_scale",
+                     "x_scale", "radius_factor", "vo_norm", "l2", "linf_255"), ">0"),
+    "resolution": ">=2",
+}
+
+
+def out_of_range(rule: str, value: Any) -> bool:
+    """Whether a number (or any element of a list of numbers) breaks a PARAM_RANGES rule (">=1", ">0", ...)."""
+    if isinstance(value, list):
+        return any(out_of_range(rule, v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False  # types are checked elsewhere
+    op, bound = (rule[:2], float(rule[2:])) if rule[1] == "=" else (rule[:1], float(rule[1:]))
+    ok = {">=": value >= bound, ">": value > bound, "<=": value <= bound, "<": value < bound}[op]
+    return not ok or value != value or value in (float("inf"), float("-inf"))
+
 
 from .context import Context  # noqa: E402,F401 - re-exported for experiments (compute code: harness/context.py)
 from .errors import MissingData, UnsupportedContext  # noqa: E402,F401 - re-exported for experiments
@@ -98,6 +124,8 @@ class Experiment:
     substitutes: tuple = ()
     # Why a dtype is refused, appended to the UnsupportedContext message ("" adds nothing).
     dtype_note: str = ""
+    # Ranges of this experiment's grid parameters beyond (or instead of) PARAM_RANGES, e.g. {"layer": ">=0"}.
+    ranges: Dict[str, str] = {}
     # Columns a float32 run may change beyond rounding (attack outcomes, timings): the dtype check skips them.
     float32_exempt: tuple = ()
     # --scale paper cost estimate: this factor times the committed full run's cell time; None: no estimate.

@@ -200,6 +200,11 @@ def typed_overrides(exp: Experiment, cfg: RunConfig) -> Dict[str, List[Any]]:
         if k in known:
             decl = _declared(exp, k)
             out[k] = [check_value(exp.name, k, v, decl) for v in vs]
+            rule = {**_registry.PARAM_RANGES, **exp.ranges}.get(k)
+            bad = [v for v in out[k] if rule and _registry.out_of_range(rule, v)]
+            if bad:
+                raise ValueError(f"--set {k}={_fmt(bad[0])}: grid parameter {k!r} of {exp.name} takes values "
+                                 f"{rule}{' (each element)' if isinstance(bad[0], list) else ''} and finite")
     if cfg.bounds and PLUGIN_KEY in known:  # --bound X == --set 'plugins=[["X", ...]]'
         out[PLUGIN_KEY] = [list(cfg.bounds)]
     return out
