@@ -9,14 +9,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import config as _config
-from . import grid as _grid
-from . import lockfile as _lockfile
-from . import registry as _registry
-from . import run as _runner
-from .run import costs as _costs
-from .run import preflight as _preflight
-from .run import substitutes as _substitutes
+from . import config as _config, grid as _grid, lockfile as _lockfile, registry as _registry, run as _runner
+from .run import costs as _costs, preflight as _preflight, substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
 
@@ -213,17 +207,21 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
 def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
     """--render: each experiment's figures from its committed table (figures read tables only), replaced atomically,
     its manifest's figure list, then the README of the output folder. 1 when a figure function failed."""
-    import json
-
-    from . import report as _report
+    from . import manifest as _manifest, report as _report
+    from .errors import CorruptFile
     from .run.outputs import render_figures, write_manifest
     from .run.verify_compare import read_table
 
     bad, done = [], 0
     for n in names:
         outdir = cfg.output_root / n
-        table = read_table(outdir)
-        if table is None or not (outdir / "manifest.json").is_file():
+        try:
+            table = read_table(outdir)
+            man = _manifest.read(outdir / "manifest.json") if (outdir / "manifest.json").is_file() else None
+        except CorruptFile as e:
+            bad.append(f"[{n}] {e}")
+            continue
+        if table is None or man is None:
             out(f"{n}: no committed table in {outdir}: nothing to render")
             continue
         try:
@@ -231,7 +229,6 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
         except Exception as e:  # noqa: BLE001 - reported; the old figures are kept (render_figures)
             bad.append(f"[{n}] figures failed, the old ones are kept: {e.__class__.__name__}: {e}")
             continue
-        man = json.loads((outdir / "manifest.json").read_text())
         man["figures"] = figs
         write_manifest(outdir / "manifest.json", man)
         done += 1

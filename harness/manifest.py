@@ -11,7 +11,30 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from .errors import CorruptFile
 from .store.codehash import REPO_ROOT
+
+
+def read(path: Path) -> Dict[str, Any]:
+    """A results folder's manifest.json, checked for the shape every reader relies on (a JSON object whose `cells`
+    is a list of objects with a `cell` label); CorruptFile with one line naming the file and the fix otherwise.
+    A damaged committed file is a finding, never a traceback."""
+    import json
+
+    path = Path(path)
+    fix = "restore it (git checkout -- PATH) or rewrite it from the cache (python run_all.py --collect)"
+    try:
+        man = json.loads(path.read_bytes())
+    except (OSError, ValueError) as e:
+        raise CorruptFile(f"{path}: not a readable manifest ({e.__class__.__name__}: {str(e)[:120]}); {fix}") from None
+    cells = man.get("cells", []) if isinstance(man, dict) else None
+    if not isinstance(man, dict) or not isinstance(cells, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("cell"), str) for c in cells):
+        raise CorruptFile(f"{path}: not a run_all.py manifest (a JSON object with a list of cells); {fix}")
+    for k in ("experiment", "scale", "description"):
+        if k in man and not isinstance(man[k], (str, type(None))):
+            raise CorruptFile(f"{path}: its {k!r} is a {type(man[k]).__name__}, not text; {fix}")
+    return man
 
 
 def versions() -> Dict[str, Optional[str]]:

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import List
 
 from . import registry as _registry
+from .errors import CorruptFile
+from .manifest import read as read_manifest
 from .store.atomic import atomic_write_text
 
 HEADER = """# AttnLip results
@@ -54,8 +56,8 @@ def _csv(expdir: Path) -> Path:
 
 def experiment_section(expdir: Path, prefix: str = "") -> str:
     """The markdown section for one results/<exp>/ directory (links relative to the README via `prefix`)."""
-    man = json.loads((expdir / "manifest.json").read_text())
-    name = man["experiment"]
+    man = read_manifest(expdir / "manifest.json")
+    name = man.get("experiment") or expdir.name
     link, data = f"{prefix}{name}", _csv(expdir).name
     lines: List[str] = [f"## `{name}`", ""]
     if man.get("description"):
@@ -161,15 +163,23 @@ def write_readme(root, canonical=None) -> Path:
         have = {d.name for d, _ in entries}
         entries += [(d, "quick/") for d in _dirs(root / "quick") if d.name not in have]
         entries.sort(key=lambda e: e[0].name)
+    damaged = []
+    for d, prefix in list(entries):
+        try:
+            read_manifest(d / "manifest.json")
+        except CorruptFile as e:  # named in the README, never a traceback; the others are written as usual
+            damaged.append(f"## `{d.name}`\n\n> **Damaged:** {e}\n")
+            entries.remove((d, prefix))
     parts = [_header(root, canonical)]
     if entries:
         parts.append("| experiment | reproduces | scale | cells |\n| --- | --- | --- | --- |\n" + "\n".join(
             _index_row(d) for d, _ in entries) + "\n")
-    parts += [experiment_section(d, prefix) for d, prefix in entries]
+    parts += [experiment_section(d, prefix) for d, prefix in entries] + damaged
     return atomic_write_text(root / "README.md", "\n".join(parts))
 
 
 def _index_row(d: Path) -> str:
-    m = json.loads((d / "manifest.json").read_text())
+    m = read_manifest(d / "manifest.json")
+    m.setdefault("experiment", d.name)
     return (f"| [`{m['experiment']}`](#{m['experiment']}) | {'; '.join(m.get('figures_ref') or [])} | "
             f"{m.get('scale')} | {m.get('n_cells')} |")

@@ -12,7 +12,7 @@ from .. import grid as _grid
 from .. import registry as _registry
 from ..registry import Experiment
 from ..store import keys as _keys
-from ..store.cells import CellCache, CorruptCell, column_conflicts, record_problem
+from ..store.cells import CellCache, CorruptCell, column_conflicts, null_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
 from .preflight import missing as missing_items
 from .substitutes import apply as apply_substitutes
@@ -304,6 +304,20 @@ def data_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
     return "+".join(got) or None
 
 
+def _always_set(folder: Path) -> List[str]:
+    """The columns the committed table in `folder` fills in every row (none when there is no readable table)."""
+    path = folder / "table.parquet"
+    if not path.is_file():
+        return []
+    try:
+        import pandas as pd
+
+        table = pd.read_parquet(path)
+    except Exception:  # noqa: BLE001 - a damaged table is reported by the run or --verify, not here
+        return []
+    return [c for c in table.columns if not table[c].isna().any()]
+
+
 def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     """Cells of one experiment with their keys and cache state (verify: load each file to detect corruption)."""
     exp = _registry.get_experiment(name)
@@ -336,7 +350,9 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
             else:
                 t.state = "cached"
         tasks.append(t)
-    for i, why in column_conflicts([rec for _, rec in loaded]).items():
+    records = [rec for _, rec in loaded]
+    checks = {**null_conflicts(records, _always_set(cfg.output_root / name)), **column_conflicts(records)}
+    for i, why in checks.items():
         t = loaded[i][0]
         t.state, t.note = "corrupt", f"{store.path(name, t.key)}: {why}"
     return ExpPlan(exp, code["hash"], tasks, code["reads_scale"], substituted=events)

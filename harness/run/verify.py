@@ -29,7 +29,6 @@ verified, 2 on a usage error."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import shutil
 import tempfile
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .. import registry as _registry
+from ..errors import CorruptFile
+from ..manifest import read as read_manifest
 from .executors import execute
 from .outputs import load_rows
 from .plan import RunConfig, plan
@@ -106,13 +107,17 @@ class _Job:
 def _prepare(name: str, folder: Path, run_cfg: RunConfig, n: Optional[int]) -> _Job:
     r = ExpVerify(name, scale=run_cfg.scale, device=run_cfg.device)
     job = _Job(r, folder=folder)
-    committed = read_table(folder)
+    try:
+        committed = read_table(folder)
+        man_path = folder / "manifest.json"
+        manifest = read_manifest(man_path) if man_path.is_file() else {}
+    except CorruptFile as e:  # a damaged committed file: the experiment does not reproduce, and why
+        r.problems.append(str(e))
+        return job
     if committed is None:
         r.committed = False
         r.notes.append(f"no committed table in {folder}")
         return job
-    man_path = folder / "manifest.json"
-    manifest = json.loads(man_path.read_text()) if man_path.is_file() else {}
     job.exp, job.committed = _registry.get_experiment(name), committed
     job.plan = p = plan(name, run_cfg, verify=False)
     r.code, r.n_committed = p.code, int(committed["cell"].nunique())

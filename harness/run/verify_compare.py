@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..errors import CorruptFile
 from .outputs import parquet_bytes, to_table
 
 NOT_COMPARED = ("seed", "cell_key")
@@ -46,11 +47,19 @@ def read_table(folder: Path):
     """The committed table of an experiment folder (parquet first: it keeps the column types)."""
     import pandas as pd
 
-    if (folder / "table.parquet").is_file():
-        return pd.read_parquet(folder / "table.parquet")
-    for name in ("table.csv", "table.csv.gz"):
-        if (folder / name).is_file():
-            return pd.read_csv(folder / name)
+    for name, read in (("table.parquet", pd.read_parquet), ("table.csv", pd.read_csv),
+                       ("table.csv.gz", pd.read_csv)):
+        path = folder / name
+        if path.is_file():
+            try:
+                table = read(path)
+            except Exception as e:  # noqa: BLE001 - any parser error of a damaged file: one line, no traceback
+                raise CorruptFile(f"{path}: not a readable table ({e.__class__.__name__}: {str(e)[:120]}); restore "
+                                  "it (git checkout -- PATH) or rewrite it from the cache (python run_all.py "
+                                  "--collect)") from None
+            if "cell" not in table.columns:
+                raise CorruptFile(f"{path}: not a run_all.py table (no 'cell' column)")
+            return table
     return None
 
 
@@ -151,7 +160,10 @@ def copies(folder: Path, committed, manifest: Dict[str, Any]) -> List[str]:
     csv = next((folder / n for n in ("table.csv", "table.csv.gz") if (folder / n).is_file()), None)
     if csv is None or not (folder / "table.parquet").is_file():
         return out
-    other = pd.read_csv(csv, low_memory=False)
+    try:
+        other = pd.read_csv(csv, low_memory=False)
+    except Exception as e:  # noqa: BLE001 - a damaged copy is a finding
+        return out + [f"{csv.name} is not a readable table ({e.__class__.__name__}: {str(e)[:120]})"]
     if list(other.columns) != list(committed.columns) or len(other) != len(committed):
         return out + [f"{csv.name} and table.parquet hold different tables ({len(other)} x {len(other.columns)} "
                       f"against {len(committed)} x {len(committed.columns)})"]

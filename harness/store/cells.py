@@ -127,6 +127,8 @@ def rows_problem(rows: Any) -> Optional[str]:
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             return f"row {i} is a {type(r).__name__}, not a dict"
+        if not r:
+            return f"row {i} has no columns"
         for k, v in r.items():
             if not isinstance(k, str) or not _plain(v):
                 return f"row {i}: {k!r} holds a {type(v).__name__}"
@@ -142,17 +144,20 @@ def record_problem(rec: Dict[str, Any], cell: Dict[str, Any]) -> Optional[str]:
 
 
 def _kind(v: Any) -> Optional[str]:
-    if v is None or isinstance(v, bool):
-        return None  # missing values and flags may sit beside anything
+    if v is None:
+        return None  # a missing value may sit beside anything (null_conflicts checks it against the table)
+    if isinstance(v, bool):
+        return "flag"
     if isinstance(v, (int, float)):
         return "number"
     return "text" if isinstance(v, str) else "container"
 
 
 def column_conflicts(records: Sequence[Dict[str, Any]]) -> Dict[int, str]:
-    """index -> why, for the records (of one experiment) whose values in some column are of another kind (number,
-    text, list/dict) than most records': a string or a list where a number belongs, or the reverse. None and
-    booleans sit beside anything (a parameter may be "auto" in one cell and false in another)."""
+    """index -> why, for the records (of one experiment) whose values in a column of numbers are of another kind
+    (text, a flag, a list/dict) than most records', or numbers where most hold another kind: a string where a
+    number belongs, or the reverse. Columns without numbers are left alone (a parameter may be "auto" in one cell
+    and false in another)."""
     kinds: Dict[str, Dict[int, frozenset]] = {}
     for i, rec in enumerate(records):
         per: Dict[str, set] = {}
@@ -165,8 +170,16 @@ def column_conflicts(records: Sequence[Dict[str, Any]]) -> Dict[int, str]:
         for k, ks in per.items():
             kinds.setdefault(k, {})[i] = frozenset(ks)
     out: Dict[int, str] = {}
+    rows_of = [[r for r in rec.get("rows") or () if isinstance(r, dict)] for rec in records]
+    for i, rows in enumerate(rows_of):  # a column every row of every other cell has, missing from a row here
+        others = [set(r) for j, rs in enumerate(rows_of) if j != i for r in rs]
+        usual = set.intersection(*others) if others else set()
+        lacking = sorted(k for r in rows for k in usual - set(r))
+        if lacking:
+            out[i] = f"a row lacks column {lacking[0]!r}, which every row of the other cells has"
     for col, per in kinds.items():
-        if len({k for ks in per.values() for k in ks}) < 2:
+        seen = {k for ks in per.values() for k in ks}
+        if len(seen) < 2 or "number" not in seen:
             continue
         counts: Dict[frozenset, int] = {}
         for ks in per.values():
@@ -176,6 +189,23 @@ def column_conflicts(records: Sequence[Dict[str, Any]]) -> Dict[int, str]:
             if ks != usual:
                 out.setdefault(i, f"column {col!r} holds {'/'.join(sorted(ks))} where the other cells hold "
                                   f"{'/'.join(sorted(usual))}")
+    return out
+
+
+def null_conflicts(records: Sequence[Dict[str, Any]], always_set: Sequence[str]) -> Dict[int, str]:
+    """index -> why, for the records with no value (None, NaN) in a column that the experiment's committed table
+    fills in every row (`always_set`): a number removed from a file that still carries a valid checksum. A code
+    change that makes such a value legitimately empty costs one recomputation, until its table is written."""
+    cols = set(always_set)
+    out: Dict[int, str] = {}
+    for i, rec in enumerate(records):
+        for r in rec.get("rows") or ():
+            if not isinstance(r, dict):
+                continue
+            empty = [k for k in cols & set(r) if r[k] is None or (isinstance(r[k], float) and r[k] != r[k])]
+            if empty:
+                out[i] = f"column {empty[0]!r} is empty where the committed table never is"
+                break
     return out
 
 
