@@ -15,13 +15,13 @@ The kernels follow the input's device; nothing here is specific to CUDA beyond `
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 import torch
 
 from benchmarks.bench_kernels import SIZES, case, dense_m, dense_zeta
+from benchmarks.report import cpu_name
 from harness.bounds import lofast as L
 from harness.bounds import registry as R
 
@@ -89,12 +89,7 @@ def run(device: str, sizes, repeats: int):
 
 def machine(device: str) -> str:
     name = torch.cuda.get_device_name(0) if torch.device(device).type == "cuda" else "-"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (f"device {name}; CPU {cpu} with {torch.get_num_threads()} torch threads; torch {torch.__version__}; "
             f"TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}")
 

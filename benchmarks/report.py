@@ -105,13 +105,19 @@ def peak_mb(scale: str, job: str, threads: int) -> float:
         return float("nan")
 
 
-def machine(counts=None) -> str:
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo), else what platform knows."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    return cpu
+
+
+def machine(counts=None) -> str:
+    cpu = cpu_name()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     threads = "/".join(map(str, counts)) if counts else str(torch.get_num_threads())
     return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__} with {threads} "
