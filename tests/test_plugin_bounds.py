@@ -112,3 +112,13 @@ def test_analyze_counts_a_nan_bound_as_unsound():
 def test_bad_plugin_is_a_usage_error(board, capsys):
     rc = cli.main(["_fake_board", "--dry-run", "--results-dir", str(board / "r"), "--bound", "myplug:nope"])
     assert rc == 2 and "cannot load" in capsys.readouterr().err
+
+
+def test_a_lower_bound_of_zero_at_a_positive_truth_is_not_converged():
+    import pandas as pd
+
+    from harness.analyze import report
+
+    df = pd.DataFrame({"kind": ["lower", "lower", "upper"], "value": [0.0, 1.5, 0.0], "truth": [2.0, 2.0, 2.0],
+                       "converged": [True, True, True]})
+    assert report.honest_convergence(df)["converged"].tolist() == [False, True, True]

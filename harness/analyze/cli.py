@@ -243,6 +243,7 @@ def _analysis(a) -> int:
               f"safetensors where you trust the file: model.save_pretrained(DIR, safe_serialization=True)",
               file=sys.stderr)
         return 2
+    df = report.honest_convergence(df)
     for note in df.attrs.get("notices", []):
         print(f"attnlip analyze: note: {note}", file=sys.stderr)
     meta = dict(df.attrs, total_s=time.perf_counter() - t0, forward_s=tm.get("forward_s"),

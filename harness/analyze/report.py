@@ -31,6 +31,17 @@ def nonfinite_undeclared(df, lower_too: bool = False) -> np.ndarray:
     return upper & ~np.isfinite(value) & ~declared
 
 
+def honest_convergence(df):
+    """`df` with `converged` False on lower-bound rows (PGD) whose value is 0 or less at a positive truth: an
+    attack that found no change at all has not converged to anything, whatever its iteration said."""
+    if "kind" in df and "converged" in df:
+        value = pd.to_numeric(df["value"], errors="coerce")
+        truth = pd.to_numeric(df["truth"], errors="coerce")
+        stuck = (df["kind"].astype(str) == "lower") & (value <= 0) & (truth > 0)
+        df.loc[stuck, "converged"] = False
+    return df
+
+
 def unsound(df):
     """Rows that break their guarantee: `sound` False (an upper bound below the truth), or an upper bound or exact
     value that is not a finite number without being declared n/a (a bound not proven for this score map carries
