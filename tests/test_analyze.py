@@ -251,7 +251,7 @@ def test_unsound_plugin_fails_the_command(saved, plugin_module, tmp_path):
         assert (out / f).stat().st_size > 0
 
 
-def test_sound_run_exits_zero_and_entry_points_register(saved, plugin_module, monkeypatch, capsys):
+def test_sound_run_exits_zero_and_entry_points_register(saved, plugin_module, monkeypatch, capsys, tmp_path):
     import importlib.metadata as md
 
     mod = __import__(plugin_module)
@@ -261,9 +261,14 @@ def test_sound_run_exits_zero_and_entry_points_register(saved, plugin_module, mo
             return [mod.generous]
 
     monkeypatch.setattr(md, "entry_points", lambda group=None: [EP()] if group == core.ENTRY_POINT_GROUP else [])
-    rc = cli.main(["--model", saved["gpt2"], "--text", TEXTS[0], "--layers", "0", "--no-progress"])
+    out = tmp_path / "ep"
+    # BERT: `generous` cannot see a causal mask, so it is declared for unmasked layers only
+    rc = cli.main(["--model", saved["bert"], "--text", TEXTS[0], "--layers", "0", "--no-progress", "--out", str(out)])
     assert rc == 0
-    assert "generous" in registry.bound_names()
+    import pandas as pd
+
+    assert "generous" in set(pd.read_parquet(out / "table.parquet")["method"])  # the entry point was evaluated
+    assert "generous" not in registry.bound_names()  # and unregistered after the command: nothing leaks in-process
     assert "truth" in capsys.readouterr().out
 
 
