@@ -354,3 +354,18 @@ def test_analyze_truth_is_the_registrys_truth_with_a_certificate():
                                                                                       rtol=1e-6)
     assert s.upper == {} and set(core.truth_uppers(a)) == {("truth_upper", "head"), ("truth_upper", "layer")}
     assert torch.allclose(s.P_norm, spec(s.P), rtol=1e-13)
+
+
+def test_images_that_are_not_an_image_batch_are_one_line(saved, tmp_path, capsys):
+    import numpy as np
+
+    bad = {"flat.npy": np.zeros(7, dtype=np.float32), "empty.npy": np.zeros((0, 16, 16, 3), dtype=np.float32),
+           "nan.npy": np.full((1, 16, 16, 3), np.nan, dtype=np.float32)}
+    for name, arr in bad.items():
+        np.save(tmp_path / name, arr)
+    (tmp_path / "pngs").mkdir()
+    (tmp_path / "pngs" / "broken.png").write_bytes(b"not a png")
+    for target in [*(tmp_path / n for n in bad), tmp_path / "pngs"]:
+        rc = cli.main(["--model", saved["vit"], "--images", str(target), "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--images" in err and "Traceback" not in err, (target, err)

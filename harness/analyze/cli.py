@@ -80,7 +80,19 @@ def _inputs(a, model_spec, device):
         model, _, _ = I.load_model(model_spec, device)
         size = getattr(model.config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
-        imgs = I.load_images(a.images, size, getattr(model.config, "num_channels", 3))
+        import torch
+
+        fix = "give a folder of PNG/JPEG files or a .npy batch shaped (B, H, W, C) or (B, C, H, W)"
+        try:
+            imgs = I.load_images(a.images, size, getattr(model.config, "num_channels", 3))
+        except MissingData:
+            raise
+        except (ValueError, RuntimeError, IndexError, TypeError, OSError) as e:  # a file that is not an image batch
+            raise validate.UsageError("--images", f"{a.images} cannot be read as images ({e.__class__.__name__}: "
+                                                  f"{str(e)[:160]})", fix) from None
+        if imgs.dim() != 4 or imgs.shape[0] == 0 or not bool(torch.isfinite(imgs).all()):
+            raise validate.UsageError("--images", f"{a.images} holds no usable image (shape "
+                                                  f"{tuple(imgs.shape)}, or values that are not finite)", fix)
         return imgs[:k] if k else imgs
     return texts[:k] if k else texts
 
