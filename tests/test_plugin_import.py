@@ -53,7 +53,8 @@ def test_missing_plugin_module_names_where_it_was_looked_for(workdir):
 
 def test_installed_packages_win_over_the_working_directory(workdir):
     _package(workdir, "json")  # a local folder named like a standard module must not shadow it
-    assert load_function("json:dumps")({"a": 1}) == '{"a": 1}'
+    fn = load_function("json:dumps")  # loaded as a plug-in: guarded, the original reachable as __wrapped__
+    assert fn.__wrapped__({"a": 1}) == '{"a": 1}' and fn.__wrapped__ is __import__("json").dumps
 
 
 def test_attnlip_analyze_bound_from_the_working_directory(tmp_path):
