@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 SCALES = ("full", "quick", "test", "paper")  # paper: the papers' own sizes, where an experiment declares them
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -66,17 +66,26 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def check_threads(threads: Optional[int], workers: int = 1) -> None:
-    """--threads for `workers` processes on this machine: at least 1, and all their threads together not more than
-    the available cores (oversubscribed threads only wait on each other). ValueError with the fix otherwise."""
+def threads_problem(threads: Optional[int], workers: int = 1) -> Optional[Tuple[str, str]]:
+    """(what is wrong, the fix) for --threads on `workers` processes of this machine, or None when it is fine: at
+    least 1, and all their threads together not more than the available cores (oversubscribed threads only wait
+    on each other)."""
     if threads is None:
-        return
+        return None
     if threads < 1:
-        raise ValueError(f"--threads {threads}: give a whole number >= 1")
+        return f"{threads} is not a thread count", "give a whole number >= 1"
     cores = available_cores()
     if threads * workers > cores:
-        raise ValueError(f"--threads {threads} x {workers} worker(s) on {cores} available core(s) would only slow "
-                         f"the run down; pass --threads {max(1, cores // workers)} or less (or fewer -j)")
+        return (f"{threads} x {workers} worker(s) on {cores} available core(s) would only slow the run down",
+                f"pass --threads {max(1, cores // workers)} or less (or fewer -j)")
+    return None
+
+
+def check_threads(threads: Optional[int], workers: int = 1) -> None:
+    """ValueError naming threads_problem's fault and fix, if any."""
+    problem = threads_problem(threads, workers)
+    if problem:
+        raise ValueError(f"--threads {problem[0]}; {problem[1]}")
 
 
 def _proc_stat() -> Optional[dict]:

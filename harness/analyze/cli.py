@@ -104,14 +104,9 @@ def threads(requested: Optional[int]) -> int:
     count."""
     from harness import config, process
 
-    if requested is not None and requested < 1:
-        raise validate.UsageError("--threads", f"{requested} is not a thread count", "give a whole number >= 1")
-    try:
-        config.check_threads(requested)
-    except ValueError as e:  # more threads than cores
-        what, _, fix = str(e).partition("; ")
-        raise validate.UsageError("--threads", what.removeprefix(f"--threads {requested} x 1 worker(s) "), fix) \
-            from None
+    problem = config.threads_problem(requested)
+    if problem:
+        raise validate.UsageError("--threads", *problem)
     cores = config.available_cores()
     process.retain_freed_memory()
     choice = config.init_threads_choice(requested)
