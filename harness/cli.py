@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import config as _config, grid as _grid, lockfile as _lockfile, registry as _registry, run as _runner
-from .run import costs as _costs, preflight as _preflight, substitutes as _substitutes
+from .run import costs as _costs, fetch as _fetch, preflight as _preflight, substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
 
@@ -160,6 +160,9 @@ def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
     for r in rows:
         out("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
     out(_total_line(all_walls, unknown, todo, workers) + "; N? = N cells without a recorded time")
+    out(f"\ndatasets, models and tokenizers these experiments read ({cfg.scale} scale):")
+    for line in _fetch.inventory_lines(list(names), [cfg.scale]):
+        out("  " + line)
     errs = _registry.import_errors()
     for mod, tb in errs.items():
         out(f"warning: experiment module {mod} failed to import: {tb.strip().splitlines()[-1]}")

@@ -335,3 +335,63 @@ def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, ca
             fetch.needs(["no_such_exp*"], ["quick"])
     finally:
         registry.unregister("_fetch_probe")
+
+
+def test_inventory_says_present_download_missing_and_stand_ins(env, monkeypatch, capsys, tmp_path):
+    """`attnlip data list` and `run_all.py --list` name every dataset, model and tokenizer the cells read: present
+    (where), will download, or missing, a declared stand-in with it, and the fetch command for what is missing."""
+    from huggingface_hub import constants
+
+    from harness import cli as run_cli, registry
+    from harness.data import cli
+    from harness.models import hub as models_hub
+    from harness.run import fetch
+
+    @registry.experiment
+    class _InventoryProbe(registry.Experiment):
+        name = "_inventory_probe"
+        grid = {"model": ["tiny-gpt2"], "corpus": ["alice"], "dataset": ["cifar10"]}
+        substitutes = (registry.Substitute("dataset", "cifar10", "fashion_mnist", label="CIFAR-10",
+                                           use_label="Fashion-MNIST"),)
+
+        def run(self, cell, ctx):
+            return []
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(models_hub, "offline", lambda: True)
+    try:
+        state = {n: (s, why) for _, n, s, why in fetch.inventory(["_inventory_probe"], ["quick"])}
+        assert {n: s for n, (s, _) in state.items()} == {
+            "alice": "missing", "cifar10": "missing", "fashion_mnist": "missing", "openai-community/gpt2": "missing"}
+        assert state["cifar10"][1].endswith("runs with the stand-in: Fashion-MNIST")
+        last = fetch.inventory_lines(["_inventory_probe"], ["quick"])[-1]
+        assert "cells reading alice, fashion_mnist, openai-community/gpt2 cannot run; stand-ins replace cifar10" in last
+        assert "`attnlip data fetch --for _inventory_probe`" in last
+
+        online(monkeypatch)  # downloads on: what is not here will download on first use
+        monkeypatch.setattr(models_hub, "offline", lambda: False)
+        state = {n: s for _, n, s, _ in fetch.inventory(["_inventory_probe"], ["quick"])}
+        assert state["alice"] == state["openai-community/gpt2"] == "will download"
+
+        alice = env / "nltk" / "corpora" / "gutenberg" / "carroll-alice.txt"  # now present: each says where
+        alice.parent.mkdir(parents=True)
+        alice.write_text(ALICE, encoding="latin1")
+        snap = tmp_path / "hub" / "models--openai-community--gpt2" / "snapshots" / SHA
+        snap.mkdir(parents=True)
+        (snap / "tokenizer.json").write_text("{}")
+        state = {n: (s, why) for _, n, s, why in fetch.inventory(["_inventory_probe"], ["quick"])}
+        assert state["alice"] == ("present", f"nltk:gutenberg ({env / 'nltk'})")
+        assert state["openai-community/gpt2"] == ("present", str(snap))
+
+        assert cli.main(["list"], planner=fetch) == 0
+        out = capsys.readouterr().out
+        assert "what the experiments read" in out
+        assert f"alice              present        nltk:gutenberg ({env / 'nltk'})" in out
+        lines = []
+        assert run_cli.main(["_inventory_probe", "--list", "--quick", "--results-dir", str(tmp_path / "r")],
+                            out=lines.append) == 0
+        i = lines.index("\ndatasets, models and tokenizers these experiments read (quick scale):")
+        assert [l.split()[1] for l in lines[i + 1:i + 5]] == ["alice", "cifar10", "fashion_mnist",
+                                                              "openai-community/gpt2"]
+    finally:
+        registry.unregister("_inventory_probe")

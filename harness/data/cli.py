@@ -20,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnlip data", description=__doc__, epilog=USAGE_EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="each dataset, its sources and the source that resolves now")
+    sub.add_parser("list", help="each dataset, its sources and the source that resolves now; then every dataset, "
+                                "model and tokenizer the experiments read: present, will download or missing")
     f = sub.add_parser("fetch", help="download datasets into the standard caches (default: what the default run "
                                      "reads: " + ", ".join(sources.DEFAULT) + ")")
     f.add_argument("names", nargs="*", metavar="NAME", help=f"datasets ({', '.join(sources.DATASETS)}) or 'all'")
@@ -34,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def cmd_list(out=print) -> int:
+def cmd_list(out=print, planner=None) -> int:
     out(f"{'dataset':18s} {'default':7s} {'resolves now':44s} sources")
     for name, d in sources.DATASETS.items():
         try:
@@ -45,6 +46,10 @@ def cmd_list(out=print) -> int:
         out(f"{name:18s} {'yes' if d.default else '':7s} {now:44s} {', '.join(d.sources)}")
     out("\n'hf:<repo>' without '@<revision>' or 'nltk:<package>' marked (download) is fetched on first use; "
         "'missing' needs `attnlip data fetch NAME` on a machine with network, or the mirror.")
+    if planner is not None:  # what the experiments read, models and tokenizers included (harness.run.fetch)
+        out("\nwhat the experiments read (quick and full scale): present (where), will download, or missing")
+        for line in planner.inventory_lines(["*"], ["quick", "full"]):
+            out("  " + line)
     out("\n" + USAGE_EPILOG)
     return 0
 
@@ -120,7 +125,7 @@ def main(argv: Optional[List[str]] = None, planner=None) -> int:
         return 2
     a = _parser().parse_args(argv)
     if a.cmd == "list":
-        return cmd_list()
+        return cmd_list(planner=planner)
     return cmd_fetch(list(a.names), exps=a.exps + (["*"] if a.all else []), scale=a.scale, to=a.to,
                      planner=planner)
 
