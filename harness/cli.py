@@ -192,7 +192,7 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
         rec = _costs.recorded_walls(cfg.results_dir, n, cfg.scale)
         for t, s in zip(p.tasks, states):
             src = "".join(f"  [{s}]" for s in (t.model_source, t.data_source) if s)
-            took = _costs.fmt_seconds(rec.get(t.label))
+            took = _costs.fmt_seconds(_costs.wall_of(rec, t.label))
             out(f"  {s:8s} {t.key[:12]}  {took:>7s}  {t.label}{src}")
     if cfg.scale == "paper":
         known = [x for x in paper_total if x is not None]

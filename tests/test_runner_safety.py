@@ -142,14 +142,21 @@ def test_list_and_dry_run_show_expected_time_from_committed_walls(fake, tmp_path
 
     serial = lines("--list")
     row = next(line for line in serial if line.startswith("_fake_squares"))
-    assert row.split()[-1] == "~2.0min" and "estimate" in serial[-1]
+    total = next(line for line in serial if line.startswith("expected wall time"))
+    assert row.split()[-1] == "~2.0min" and "estimate" in total
+    assert serial[-1] == "  (nothing from outside the repository)"  # then what the cells read: nothing here
     pool = lines("--list", "-j", "2")
     assert next(line for line in pool if line.startswith("_fake_squares")).split()[-1] == "~1.0min"
-    assert "at -j 2" in pool[-1] and "~1.0min for 6 cell(s)" in pool[-1]
+    total = next(line for line in pool if line.startswith("expected wall time"))
+    assert "at -j 2" in total and "~1.0min for 6 cell(s)" in total
     dry = lines("--dry-run", "-j", "3")
     assert "expected ~40s" in dry[1] and any(" 30s " in line for line in dry)
     assert "expected ~1.0min" in lines("--dry-run", "--quick")[1]  # no quick manifest: the full run's cells
     assert costs.makespan([30, 30, 20, 20, 10, 10], 2) == 60 and costs.makespan([5, 1], 1) == 6
+    # a cell with plug-in bounds (other than the recorded ones, or none recorded) takes its built-in part's time
+    rec = {'n=3,plugins=["a.b:c"]': 30.0, "n=1": 10.0}
+    assert costs.wall_of(rec, 'n=3,plugins=["x:y"]') == 30.0 and costs.wall_of(rec, "n=3") == 30.0
+    assert costs.wall_of(rec, 'plugins=["x:y"],n=1') == 10.0 and costs.wall_of(rec, "n=2") is None
 
 
 PROGRESS_FAKE = '''

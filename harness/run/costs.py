@@ -2,7 +2,9 @@
 
 results/<exp>/manifest.json (full scale) and results/quick/<exp>/manifest.json (quick scale) list every cell with
 its `wall_s`. A planned cell takes the time recorded for the same cell label at its own scale, else at the other
-scale (equal cells of two scales are the same computation); cells found in neither are counted as unknown.
+scale (equal cells of two scales are the same computation); cells found in neither are counted as unknown. A cell
+that carries plug-in bounds (`--bound`, the cell's `plugins` key) takes the time of the same cell without them:
+the built-in part of its work; the plug-ins' own time comes on top.
 The cells of a run are then scheduled longest-first onto the -j workers (a serial run adds them up), which is
 what the process pool does with one batch over all selected experiments.
 
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
+
 ESTIMATE_NOTE = ("estimate from the per-cell wall times of the committed manifests, scheduled onto the workers; "
-                 "training of models not yet cached, process start and figures come on top")
+                 "training of models not yet cached, plug-in bounds, process start and figures come on top")
 
 
 def recorded_walls(results_dir: Path, name: str, scale: str) -> Dict[str, float]:
@@ -34,6 +38,22 @@ def recorded_walls(results_dir: Path, name: str, scale: str) -> Dict[str, float]
             if isinstance(w, (int, float)) and c.get("cell") not in out:
                 out[c["cell"]] = float(w)
     return out
+
+
+_PLUGINS = re.compile(r",?plugins=\[[^\]]*\]")
+
+
+def _bare(label: str) -> str:
+    """A cell label without its plug-in bounds (plug-in names hold no ']')."""
+    return _PLUGINS.sub("", label).lstrip(",")
+
+
+def wall_of(rec: Dict[str, float], label: str) -> Optional[float]:
+    """The recorded wall time of cell `label`, else that of the same cell with other (or no) plug-in bounds."""
+    if label in rec:
+        return rec[label]
+    bare = _bare(label)
+    return next((w for other, w in rec.items() if _bare(other) == bare), None)
 
 
 def makespan(walls: Iterable[float], workers: int) -> float:
@@ -57,8 +77,9 @@ def estimate(plan, cfg, only_missing: bool = True) -> Tuple[List[float], int]:
     for t in plan.tasks:
         if only_missing and t.state == "cached" and not cfg.force:
             continue
-        if t.label in rec:
-            walls.append(rec[t.label])
+        w = wall_of(rec, t.label)
+        if w is not None:
+            walls.append(w)
         else:
             unknown += 1
     return walls, unknown
