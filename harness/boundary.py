@@ -27,7 +27,7 @@ INFRASTRUCTURE: Tuple[str, ...] = (
     "harness",                          # the package __init__ (its version string)
     "experiments",                      # the experiments package __init__
     "harness.boundary",                 # this declaration
-    "harness.registry",                 # experiment discovery and the Experiment base class (declarations)
+    "harness.catalog",                 # experiment discovery and the Experiment base class (declarations)
     "harness.grid",                     # grid expansion: the cell parameters are key fields themselves
     "harness.config",                   # scales, dtype names, device resolution, the thread policy
     "harness.process",                  # allocator policy of the entry points
@@ -40,7 +40,9 @@ INFRASTRUCTURE: Tuple[str, ...] = (
     "harness.store", "harness.store.*",  # keys, code hashes, cells, claims, artifacts, atomic writes
     "harness.analyze.cli", "harness.analyze.report",
     "harness.data.cli",
-    "experiments._figures", "experiments._*plots*",  # presentation: figures read result tables only
+    "experiments.*.figures", "experiments.*.figures.*",  # presentation: figures read result tables only
+    "experiments.figures", "experiments.figures.*",
+    "experiments.castin", "experiments.jasmin", "experiments.lofast", "experiments.leaderboard",  # family __init__s
 )
 
 # Hashed into every cell's key, whatever the experiment imports.
@@ -48,11 +50,13 @@ ALWAYS: Tuple[str, ...] = ("harness.context",)
 
 # The infrastructure that compute code may import, and why that cannot hide a dependency of a number.
 IMPORTABLE: Dict[str, str] = {
-    "harness.registry": "Experiment / experiment / Substitute declarations; Context is re-exported from "
+    "harness.catalog": "Experiment / experiment / Substitute declarations; Context is re-exported from "
                         "harness.context (hashed)",
     "harness.errors": "exception classes",
     "harness.store.artifacts": "the trained-model cache; an artifact's own key hashes the code that builds it",
     "harness.plugins": "loading a plug-in bound by name; each plug-in is keyed by its own source",
+    **{f"experiments.{family}": "the family package's __init__ (its docstring only)"
+       for family in ("castin", "jasmin", "lofast", "leaderboard")},
 }
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import config as _config, grid as _grid, lockfile as _lockfile, registry as _registry, run as _runner
+from . import config as _config, grid as _grid, lockfile as _lockfile, catalog as _catalog, run as _runner
 from .run import costs as _costs, fetch as _fetch, preflight as _preflight, substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
@@ -163,7 +163,7 @@ def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
     out(f"\ndatasets, models and tokenizers these experiments read ({cfg.scale} scale):")
     for line in _fetch.inventory_lines(list(names), [cfg.scale]):
         out("  " + line)
-    errs = _registry.import_errors()
+    errs = _catalog.import_errors()
     for mod, tb in errs.items():
         out(f"warning: experiment module {mod} failed to import: {tb.strip().splitlines()[-1]}")
 
@@ -228,7 +228,7 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
             out(f"{n}: no committed table in {outdir}: nothing to render")
             continue
         try:
-            figs = render_figures(_registry.get_experiment(n), table, outdir)
+            figs = render_figures(_catalog.get_experiment(n), table, outdir)
         except Exception as e:  # noqa: BLE001 - reported; the old figures are kept (render_figures)
             bad.append(f"[{n}] figures failed, the old ones are kept: {e.__class__.__name__}: {e}")
             continue
@@ -340,7 +340,7 @@ def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
             out("no experiments registered")
             return 2 if args.names or args.only else 0
         _runner.check_overrides(names, cfg)
-    except (KeyError, ValueError, _registry.UnsupportedContext) as e:
+    except (KeyError, ValueError, _catalog.UnsupportedContext) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"run_all.py: error: {msg}", file=sys.stderr)
         return 2

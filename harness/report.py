@@ -7,7 +7,7 @@ import traceback
 from pathlib import Path
 from typing import List
 
-from . import registry as _registry
+from . import catalog as _catalog
 from .errors import CorruptFile
 from .manifest import read as read_manifest
 from .store.atomic import atomic_write_text
@@ -136,7 +136,7 @@ def _convergence(expdir: Path) -> str:
 
 def _summary(name: str, expdir: Path) -> str:
     try:
-        exp = _registry.get_experiment(name)
+        exp = _catalog.get_experiment(name)
     except KeyError:
         return "_(experiment no longer registered; summary unavailable)_"
     try:

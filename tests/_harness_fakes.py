@@ -4,7 +4,7 @@ FAKE_SOURCE = '''
 import os
 import time
 
-from harness.registry import Experiment, MissingData, experiment
+from harness.catalog import Experiment, MissingData, experiment
 
 
 def _count(tag):
@@ -98,7 +98,7 @@ def registered_fakes(tmp_path, monkeypatch, stem):
     tmp_path/counter.txt, clear the steering variables; yields (module path, counter path); cleans up after."""
     import sys
 
-    from harness import registry
+    from harness import catalog
 
     mod = write_fake(tmp_path / f"{stem}.py")
     counter = tmp_path / "counter.txt"
@@ -106,9 +106,9 @@ def registered_fakes(tmp_path, monkeypatch, stem):
     monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
     for k in TEST_ENV:
         monkeypatch.delenv(k, raising=False)
-    registry.load_all()
-    registry.load_module_file(mod)
+    catalog.load_all()
+    catalog.load_module_file(mod)
     yield mod, counter
     for n in FAKE_NAMES:
-        registry.unregister(n)
+        catalog.unregister(n)
     sys.modules.pop(f"_attnlip_ext_{stem}", None)

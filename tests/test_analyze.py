@@ -346,7 +346,7 @@ def test_analyze_truth_is_the_registrys_truth_with_a_certificate():
     w = AttentionWeights.random(16, 4, scale=1.5, dtype=torch.float64, generator=g, bias=True)
     X = torch.randn(2, 24, 16, dtype=torch.float64, generator=g)
     a, s = core.AnalyzeState(X, w, seed=5, certify_steps=26), InputState(X, w)
-    cert = dict(steps=26, delta=1e-6)
+    cert = dict(steps=26, fail_prob=1e-6)
     for heads, got in ((True, a.truth_head), (False, a.truth_layer)):
         ref = L.truth(X, w, heads=heads, seed=5, certify=cert)
         assert torch.equal(got, ref.value) and torch.equal(a.upper["head" if heads else "layer"], ref.upper)

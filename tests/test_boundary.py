@@ -48,7 +48,7 @@ def test_every_declared_entry_names_a_module():
               "harness.config", "harness.process", "harness.cli", "harness.plotting", "harness.manifest"):
         assert boundary.is_infrastructure(m), m
     for m in ("harness.kernels.krylov", "harness.bounds.lofast", "harness.models.train", "harness.data.text",
-              "harness.context", "experiments._castin_common", "experiments.castin_sqrt_n"):
+              "harness.context", "experiments.castin.common", "experiments.castin.sqrt_n"):
         assert not boundary.is_infrastructure(m), m
 
 
@@ -82,19 +82,19 @@ def test_compute_code_imports_infrastructure_only_where_declared():
 SCRIPT = r'''
 import json, sys
 from pathlib import Path
-from harness import registry
+from harness import catalog
 from harness.store import codehash
 
 assert Path(codehash.__file__).resolve().is_relative_to(Path.cwd().resolve()), codehash.__file__
-registry.load_all()
-names = registry.list_experiments()
+catalog.load_all()
+names = catalog.list_experiments()
 
 def hashes():
-    return {n: codehash.experiment_code(registry.get_experiment(n))["hash"] for n in names}
+    return {n: codehash.experiment_code(catalog.get_experiment(n))["hash"] for n in names}
 
 def files():
     return {n: [str(p.relative_to(codehash.REPO_ROOT)) for p in
-                codehash.experiment_code(registry.get_experiment(n))["files"]] for n in names}
+                codehash.experiment_code(catalog.get_experiment(n))["files"]] for n in names}
 
 def edit(rel, old=None, new=None):
     p = Path(rel)
@@ -108,12 +108,12 @@ def edit(rel, old=None, new=None):
 
 out = {"base": hashes(), "files": files()}
 for rel in ("harness/run/worker.py", "harness/store/cells.py", "harness/store/claims.py", "harness/config.py",
-            "harness/process.py", "harness/registry.py", "harness/run/executors.py", "harness/plotting.py"):
+            "harness/process.py", "harness/catalog.py", "harness/run/executors.py", "harness/plotting.py"):
     edit(rel)
 out["infra"] = hashes()
 edit("harness/kernels/softmax.py")
 out["softmax"] = hashes()
-edit("experiments/jasmin_softmax.py", "    def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:\n",
+edit("experiments/jasmin/softmax.py", "    def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:\n",
      "    def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:\n        cell = dict(cell)\n")
 out["run"] = hashes()
 print(json.dumps(out))

@@ -86,7 +86,7 @@ def test_castin_bound_total_above_layer_constant():
 
 
 def test_loglog_fit_recovers_power_law_and_ci():
-    from experiments._castin_plots import fmt_fit, loglog_fit
+    from experiments.castin.figures.sqrt_n import fmt_fit, loglog_fit
 
     n = np.repeat(np.arange(2, 101, 2), 3).astype(float)
     rng = np.random.default_rng(0)
@@ -136,7 +136,7 @@ CASTIN = ["castin_sqrt_n", "castin_sqrt_n_adversarial", "castin_sqrt_n_block", "
 def test_experiment_runs_at_test_scale(name, dtype, tmp_path):
     """Every Castin experiment at test scale (tiny random BERT, synthetic text: no shared data needed), in
     float64 and float32 (or it declares that it refuses float32, with a reason)."""
-    from harness.registry import Context, get_experiment
+    from harness.catalog import Context, get_experiment
 
     exp = get_experiment(name)
     if dtype not in exp.dtypes:
@@ -159,7 +159,7 @@ def test_experiment_runs_at_test_scale(name, dtype, tmp_path):
 def test_adversarial_cells_are_sound(masked, tmp_path):
     """castin_sqrt_n adversarial cells (tiny random BERT): Thm 3.3/4.3 bound >= layer constant, Prop. 3.4's LB <=
     the head-alone constant unmasked, and NaN (not a number that looks like a bound) under a causal mask."""
-    from harness.registry import Context, get_experiment
+    from harness.catalog import Context, get_experiment
 
     exp = get_experiment("castin_sqrt_n_adversarial")
     cell = next(c for c in exp.cells("test") if c["masked"] == masked)
@@ -176,7 +176,7 @@ def test_adversarial_cells_are_sound(masked, tmp_path):
 def test_large_radius_reaches_the_exact_limit(masked, tmp_path):
     """Thm 3.7 / Thm 4.5 (masked): at the last radius (R^2 x score gap = settle) the head's constant equals the
     exact limit ||VO|| sqrt(max_j #{i: j*(i) = j}) with the (masked) argmax, to 1e-6."""
-    from harness.registry import Context, get_experiment
+    from harness.catalog import Context, get_experiment
 
     exp = get_experiment("castin_radius_large")
     cell = next(c for c in exp.cells("test") if c["masked"] == masked)

@@ -9,24 +9,24 @@ import pandas as pd
 import pytest
 import torch
 
-from experiments import _castin_llama as M
+from experiments.castin import llama
 
 
 def _exp():
-    from harness.registry import get_experiment
+    from harness.catalog import get_experiment
 
     return get_experiment("castin_sqrt_n")
 
 
 def _llama_cell(scale):
-    return next(c for c in _exp().cells(scale) if M.is_llama(c["model"]))
+    return next(c for c in _exp().cells(scale) if llama.is_llama(c["model"]))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_llama_cell_at_test_scale(dtype, tmp_path):
     """The tiny Llama test cell: one row per (n, sequence), truth finite and > 0 and converged, the bound n/a
     with the bound registry's RoPE reason, and a summary with the Llama slope row and fit."""
-    from harness.registry import Context
+    from harness.catalog import Context
 
     exp, cell = _exp(), _llama_cell("test")
     assert cell["model"] == "tiny-llama" and cell["masked"] is True
@@ -42,14 +42,14 @@ def test_llama_cell_at_test_scale(dtype, tmp_path):
     assert "**Llama (RoPE, GQA) beside GPT-2**" in text and "n/a (RoPE)" in text
     line = next(ln for ln in text.splitlines() if ln.startswith(f"| {cell['layer']} | synthetic |"))
     slope = float(line.split("|")[4].split("[")[0])  # column "slope Llama": slope [lo, hi]
-    from experiments._castin_plots import loglog_fit
+    from experiments.castin.figures.sqrt_n import loglog_fit
 
     assert slope == pytest.approx(loglog_fit(t["n"], t["lipschitz"])["slope"], abs=0.006)
 
 
 def test_llama_figure_states_the_substitute(tmp_path):
     """The figure renders a labelled Llama panel; its footnote says random init and no pretrained Llama."""
-    from experiments._castin_plots_llama import llama_note, rope_label
+    from experiments.castin.figures.llama import llama_note, rope_label
 
     rows = [dict(n=n, seq=i, lipschitz=0.1 * n ** 0.3 * (1 + 0.01 * i), paper_estimator=0.2 * n ** 0.5,
                  bound_castin=float("nan"), radius_mean=5.0, converged=True, iters=float("nan"), cpu_s=0.0,
@@ -69,10 +69,10 @@ def test_truth_equals_analyze_truth():
     model module on the same token ids (tiny Llama, layer 1, float64)."""
     from harness.analyze.core import analyze
 
-    model, _ = M.load("tiny-llama", 0, "cpu")
-    ids = M.ids("tiny-llama", "synthetic", 6, 2, chunk_seed=3)
-    lay = M.capture("tiny-llama", ids, [1])[1]
-    ours = M.measure(lay.X, lay.amap, tol=1e-10)["lipschitz"]
+    model, _ = llama.load("tiny-llama", 0, "cpu")
+    ids = llama.ids("tiny-llama", "synthetic", 6, 2, chunk_seed=3)
+    lay = llama.capture("tiny-llama", ids, [1])[1]
+    ours = llama.measure(lay.X, lay.amap, tol=1e-10)["lipschitz"]
     df = analyze(model, {"input_ids": ids}, layers=[1], eps=0.0, tol=1e-10)
     ref = df[(df["scope"] == "layer")].groupby("input")["truth"].first().sort_index()
     assert len(ref) == 2
@@ -85,13 +85,13 @@ def test_grid_and_cell_key_model_source():
     from harness.run.plan import model_source
 
     exp = _exp()
-    full = [c for c in exp.cells("full") if M.is_llama(c["model"])]
+    full = [c for c in exp.cells("full") if llama.is_llama(c["model"])]
     gpt2 = [c for c in exp.cells("full") if c["model"] == "gpt2"]
     assert {(c["layer"], c["corpus"]) for c in full} == {(c["layer"], c["corpus"]) for c in gpt2}
     for c in full:
         g = next(g for g in gpt2 if (g["layer"], g["corpus"]) == (c["layer"], c["corpus"]))
         assert c["n"] == g["n"] and c["count"] == g["count"] and c["masked"]
-    quick = [c for c in exp.cells("quick") if M.is_llama(c["model"])]
+    quick = [c for c in exp.cells("quick") if llama.is_llama(c["model"])]
     assert quick and all(max(c["n"]) <= 32 and c["count"] <= 3 for c in quick)
     src = model_source(exp, full[0])
     assert src.startswith("random-init:llama-gqa(") and all(
@@ -104,7 +104,7 @@ def test_llama_gqa_reads_the_gpt2_panels_windows(shared_data):
     """llama-gqa tokenizes with GPT-2's tokenizer (vocab_size matched), so its windows are the GPT-2 panels'."""
     from harness.models import text
 
-    a = M.ids("llama-gqa", "synthetic", 16, 3, chunk_seed=100003 + 16)
+    a = llama.ids("llama-gqa", "synthetic", 16, 3, chunk_seed=100003 + 16)
     b = text.chunk_ids("gpt2", "synthetic", 16, 3, 100003 + 16)
     assert torch.equal(a, b)
     assert 0 <= int(a.min()) and int(a.max()) < len(text.tokenizer("gpt2"))

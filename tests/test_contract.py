@@ -19,14 +19,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import cli, registry
+from harness import cli, catalog
 from harness import run as runner
 from harness.errors import UnsupportedContext
 from harness.store import codehash
 from tests._harness_fakes import registered_fakes, write_fake
 
 REPO = Path(__file__).resolve().parent.parent
-NAMES = registry.list_experiments()
+NAMES = catalog.list_experiments()
 HARNESS_COLS = {"experiment", "cell", "seed", "device", "dtype", "scale", "cell_key"}
 
 
@@ -101,7 +101,7 @@ def test_set_values_are_type_checked_at_planning(fake, tmp_path, capsys):
 
 
 def test_unsupported_dtype_refused_before_computing(fake, tmp_path, capsys):
-    exp = registry.get_experiment("_fake_squares")
+    exp = catalog.get_experiment("_fake_squares")
     exp.dtypes = ("float64",)
     exp.dtype_note = "certificates need float64"
     try:
@@ -126,7 +126,7 @@ def _float_columns(exp, table: pd.DataFrame):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_dtype_is_obeyed_or_refused(name, tmp_path, experiment_cache):
-    exp = registry.get_experiment(name)
+    exp = catalog.get_experiment(name)
     cfg = {d: runner.RunConfig(scale="test", dtype=d, results_dir=tmp_path / d, cache_dir=experiment_cache,
                                progress=False) for d in ("float64", "float32")}
     if "float32" not in exp.dtypes:
@@ -177,12 +177,12 @@ def _edit_method(source: str, cls_name: str, method: str) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_compute_edits_invalidate_presentation_edits_do_not(name):
-    exp = registry.get_experiment(name)
+    exp = catalog.get_experiment(name)
     cls = type(exp)
     src = inspect.getsource(inspect.getmodule(cls))
 
     def h(s):
-        nodes, _ = codehash.compute_part(s, cls.__name__)
+        nodes, _ = codehash.compute_part(s, cls.__name__, cls.DECLARATIONS, cls.PRESENTATION)
         return codehash.sha256("\n".join(ast.dump(n) for n in nodes))
 
     base = h(src)
@@ -195,146 +195,28 @@ def test_compute_edits_invalidate_presentation_edits_do_not(name):
     assert h(src + "\n# a comment\n") == base
 
 
+def test_declarations_are_the_fields_experiment_declares():
+    """Experiment.DECLARATIONS (left out of every key) is exactly the data fields of the base class: a new field
+    must be classified, and a method can never be declared away."""
+    base = catalog.Experiment
+    fields = {k for k, v in vars(base).items() if not k.startswith("_") and not callable(v)
+              and not isinstance(v, property) and k not in ("DECLARATIONS", "PRESENTATION")}
+    assert base.DECLARATIONS == fields
+    assert base.PRESENTATION <= {k for k, v in vars(base).items() if callable(v)} | {"figures", "summary"}
+
+
 def test_editing_compute_recomputes_editing_figures_does_not(fake, tmp_path):
     cfg = runner.RunConfig(results_dir=tmp_path / "r", progress=False)
     quiet = dict(echo=lambda *a: None)
     assert runner.run(["_fake_squares"], cfg, **quiet)[0].computed == 6
     write_fake(fake, replace=[('ax.plot(table["n"], table["value"], "o")', 'ax.plot(table["n"], table["value"], "s")'),
                               ('return f"max value', 'return f"largest value')])
-    registry.load_module_file(fake)
+    catalog.load_module_file(fake)
     r = runner.run(["_fake_squares"], cfg, **quiet)[0]
     assert (r.computed, r.cached) == (0, 6)
     write_fake(fake, replace=[('"value": cell["n"] ** 2 * cell["mult"]', '"value": cell["n"] ** 2 * cell["mult"] + 0')])
-    registry.load_module_file(fake)
+    catalog.load_module_file(fake)
     assert runner.run(["_fake_squares"], cfg, **quiet)[0].computed == 6
-
-
-# ------------------------------------------------------------------------------ layers and file size
-LAYERS = [  # (prefix, level): a module may import only from its own level or below
-    ("harness.errors", 0), ("harness.config", 0), ("harness.grid", 0), ("harness.store", 0),
-    ("harness.plotting", 0),  # matplotlib helpers on tables: presentation code at any level may use them
-    ("harness.kernels", 1), ("harness.bounds", 2), ("harness.data", 3), ("harness.models", 3),
-    ("harness.registry", 3.5),  # the declaration API experiments build on (Experiment, Context, @experiment)
-    ("harness.analyze", 4), ("experiments", 4), ("harness.manifest", 5), ("harness.report", 5),
-    ("harness.run", 6), ("harness.cli", 7), ("harness.entry", 8), ("harness", 0),
-]
-ALLOWED = {("harness.registry", "experiments"),  # discovery of experiments at start-up
-           ("harness.data", "harness.data")}
-FORBIDDEN = {("harness.data", "harness.models")}  # same level, but data never depends on models
-
-
-def _level(mod: str) -> tuple:
-    for prefix, lvl in LAYERS:
-        if mod == prefix or mod.startswith(prefix + "."):
-            return prefix, lvl
-    return mod, None
-
-
-def _sources():
-    for root in ("harness", "experiments"):
-        for f in sorted((REPO / root).rglob("*.py")):
-            yield f, ".".join(f.relative_to(REPO).with_suffix("").parts).replace(".__init__", "")
-
-
-def test_imports_only_go_down_the_layers():
-    bad = []
-    for f, me in _sources():
-        pkg = me if f.name == "__init__.py" else me.rsplit(".", 1)[0]
-        mods, _ = codehash.imported_modules([ast.parse(f.read_text())], me, f.name == "__init__.py")
-        del pkg
-        src_prefix, src_lvl = _level(me)
-        for m in set(mods):
-            if not (m.startswith("harness") or m.startswith("experiments")):
-                continue
-            dst_prefix, dst_lvl = _level(m)
-            if dst_lvl is None or src_lvl is None or (src_prefix, dst_prefix) in ALLOWED:
-                continue
-            if dst_lvl > src_lvl or (src_prefix, dst_prefix) in FORBIDDEN:
-                bad.append(f"{me} -> {m}")
-    assert not bad, "imports that run up the layers:\n" + "\n".join(sorted(set(bad)))
-
-
-CYCLE_ROOTS = ("harness", "experiments")
-CYCLE_ALLOWED = {("harness.registry", "experiments")}  # the registry discovering experiments at start-up
-
-
-def _import_graph(roots=CYCLE_ROOTS) -> dict:
-    """{module: set of modules it imports} over the source files under `roots`, imports anywhere in a file
-    (function-level ones too) resolved to the module they name: `from p import x` is p.x when p.x is a module,
-    else p; a name outside `roots` is dropped. Edges in CYCLE_ALLOWED (by prefix) are left out."""
-    files = {".".join(f.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): f
-             for root in roots for f in sorted((REPO / root).rglob("*.py"))}
-
-    known = lambda name: name if not name or name in files else known(name.rpartition(".")[0])  # "" if outside
-    graph = {}
-    for me, f in files.items():
-        pkg = me.split(".") if f.name == "__init__.py" else me.split(".")[:-1]
-        names = []
-        for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.Import):
-                names += [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
-                names += [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-        graph[me] = {m for m in map(known, names) if m and m != me and not any(
-            me.startswith(a) and m.startswith(b) for a, b in CYCLE_ALLOWED)}
-    return graph
-
-
-def _cycles(graph: dict) -> list:
-    """The strongly connected components of more than one module (Tarjan), each as a sorted list."""
-    index, low, stack, out = {}, {}, [], []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = stack[stack.index(v):]
-            del stack[stack.index(v):]
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
-def test_no_import_cycles():
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail
-    graph = _import_graph()
-    assert {"harness.analyze.state", "harness.analyze.modern"} <= graph["harness.analyze.core"]  # siblings found
-    cycles = _cycles(graph)
-    assert not cycles, "import cycles (modules that import each other, directly or through others):\n" + \
-        "\n".join(" <-> ".join(c) for c in cycles)
-
-
-def test_architecture_doc_names_every_module():
-    """docs/architecture.md's module list names every module of harness/ and every helper of experiments/
-    (backticked file names, globs allowed: `_castin_plots*.py`)."""
-    import fnmatch
-
-    named = set(re.findall(r"`([\w*]+\.py)`", (REPO / "docs" / "architecture.md").read_text()))
-    files = [f for f in (REPO / "harness").rglob("*.py") if f.name != "__init__.py"]
-    files += [f for f in (REPO / "experiments").glob("_*.py") if f.name != "__init__.py"]
-    missing = sorted(str(f.relative_to(REPO)) for f in files if not any(fnmatch.fnmatch(f.name, n) for n in named))
-    assert not missing, "modules missing from docs/architecture.md (one line each):\n" + "\n".join(missing)
-
-
-def test_no_source_file_over_400_lines():
-    big = [f"{f.relative_to(REPO)}: {n}" for f, _ in _sources()
-           if (n := len(f.read_text().splitlines())) > 400]
-    big += [f"{f.relative_to(REPO)}: {n}" for f in sorted((REPO / "tests").glob("*.py"))
-            if (n := len(f.read_text().splitlines())) > 400]
-    assert not big, big
 
 
 def test_large_tables_are_written_gzipped(tmp_path, monkeypatch):
@@ -362,16 +244,16 @@ def test_plugins_are_keyed_by_their_source_not_by_the_whole_tree(tmp_path, monke
 
     P = importlib.import_module("harness.run.plan")
 
-    code = codehash.experiment_code(registry.get_experiment("bound_leaderboard"))
+    code = codehash.experiment_code(catalog.get_experiment("bound_leaderboard"))
     files = {f.relative_to(codehash.REPO_ROOT).as_posix() for f in code["files"]}
     assert {"harness/bounds/registry.py", "harness/bounds/lofast.py"} <= files  # what evaluate() calls is hashed
-    assert not {"harness/plugins.py", "experiments/_lofast_plots.py", "harness/cli.py"} & files
+    assert not {"harness/plugins.py", "experiments/lofast/figures/plots.py", "harness/cli.py"} & files
     assert len(code["files"]) < len(codehash.compute_files())
 
     plug = tmp_path / "my_plugin_mod.py"
     plug.write_text("def my_bound(X, w):\n    return X.new_zeros(X.shape[:-2] + (w.h,))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    exp = registry.get_experiment("bound_leaderboard")
+    exp = catalog.get_experiment("bound_leaderboard")
     cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "r", progress=False)
     cell = {"plugins": ["my_plugin_mod:my_bound"]}
     before = P.plugin_sources(exp, cfg, cell)
@@ -388,7 +270,7 @@ def test_repository_plugins_are_keyed_by_their_import_closure(tmp_path, monkeypa
 
     P = importlib.import_module("harness.run.plan")
     cfg = runner.RunConfig(scale="test", results_dir=tmp_path / "r", progress=False)
-    exp = registry.get_experiment("bound_leaderboard")
+    exp = catalog.get_experiment("bound_leaderboard")
     spec = "harness.bounds.jasmin_appc:jasmin_appc"
     got = P.plugin_sources(exp, cfg, {"plugins": [spec]})[0]
     assert got["source"] == codehash.closure_hash(["harness.bounds.jasmin_appc"])[0]

@@ -235,7 +235,7 @@ def test_default_fetch_downloads_what_the_default_run_reads(env, monkeypatch):
 def test_data_source_reaches_the_cell_key(env):
     from types import SimpleNamespace
 
-    from harness.registry import Experiment
+    from harness.catalog import Experiment
     from harness.run.plan import data_source
     from harness.store.keys import cell_key
 
@@ -278,13 +278,13 @@ def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, ca
     import huggingface_hub
     import nltk
 
-    from harness import registry
+    from harness import catalog
     from harness.data import cli
     from harness.models import hub as models_hub
     from harness.run import fetch
 
-    @registry.experiment
-    class _FetchProbe(registry.Experiment):
+    @catalog.experiment
+    class _FetchProbe(catalog.Experiment):
         name = "_fetch_probe"
         grid = {"model": ["tiny-gpt2"], "corpus": ["alice"]}
 
@@ -334,7 +334,7 @@ def test_fetch_for_an_experiment_then_run_offline_elsewhere(env, monkeypatch, ca
         with pytest.raises(ValueError, match="no experiment matches"):
             fetch.needs(["no_such_exp*"], ["quick"])
     finally:
-        registry.unregister("_fetch_probe")
+        catalog.unregister("_fetch_probe")
 
 
 def test_inventory_says_present_download_missing_and_stand_ins(env, monkeypatch, capsys, tmp_path):
@@ -342,16 +342,16 @@ def test_inventory_says_present_download_missing_and_stand_ins(env, monkeypatch,
     (where), will download, or missing, a declared stand-in with it, and the fetch command for what is missing."""
     from huggingface_hub import constants
 
-    from harness import cli as run_cli, registry
+    from harness import cli as run_cli, catalog
     from harness.data import cli
     from harness.models import hub as models_hub
     from harness.run import fetch
 
-    @registry.experiment
-    class _InventoryProbe(registry.Experiment):
+    @catalog.experiment
+    class _InventoryProbe(catalog.Experiment):
         name = "_inventory_probe"
         grid = {"model": ["tiny-gpt2"], "corpus": ["alice"], "dataset": ["cifar10"]}
-        substitutes = (registry.Substitute("dataset", "cifar10", "fashion_mnist", label="CIFAR-10",
+        substitutes = (catalog.Substitute("dataset", "cifar10", "fashion_mnist", label="CIFAR-10",
                                            use_label="Fashion-MNIST"),)
 
         def run(self, cell, ctx):
@@ -394,4 +394,4 @@ def test_inventory_says_present_download_missing_and_stand_ins(env, monkeypatch,
         assert [l.split()[1] for l in lines[i + 1:i + 5]] == ["alice", "cifar10", "fashion_mnist",
                                                               "openai-community/gpt2"]
     finally:
-        registry.unregister("_inventory_probe")
+        catalog.unregister("_inventory_probe")

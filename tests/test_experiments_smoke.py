@@ -1,21 +1,21 @@
 """Every registered experiment runs at scale 'test' into a temp dir: tidy table schema + figure files.
 
 Parametrized over list_experiments(), so a newly registered experiment is covered automatically. A cell
-raising harness.registry.MissingData (absent shared data / weights) turns the test into a skip."""
+raising harness.catalog.MissingData (absent shared data / weights) turns the test into a skip."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from harness import registry
+from harness import catalog
 from harness import run as runner
 
-NAMES = registry.list_experiments()
+NAMES = catalog.list_experiments()
 SCHEMA = {"experiment", "cell", "seed", "device", "dtype"}
 
 
 def test_experiment_modules_import():
-    assert registry.import_errors() == {}, "\n".join(registry.import_errors().values())
+    assert catalog.import_errors() == {}, "\n".join(catalog.import_errors().values())
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -39,6 +39,6 @@ def test_experiment_smoke(name, tmp_path, experiment_cache):
         p = out / f if not str(f).startswith("/") else f
         assert pd.io.common.file_exists(str(p)), f"{name}: figure {p} missing"
     assert list((out / "figures").glob("*.png")), f"{name}: no PNG figure"
-    exp = registry.get_experiment(name)
+    exp = catalog.get_experiment(name)
     assert exp.figures_ref, f"{name}: declare the paper figure(s) it reproduces in figures_ref"
     assert isinstance(exp.summary(table), str)

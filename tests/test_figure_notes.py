@@ -1,13 +1,13 @@
 """Figure footnotes name the paper's data and models and what ran instead, read from the table: the stand-in
 when the paper's item was unreachable (the `data_used` text the planner writes), the paper's own item when it ran,
-random test models at test scale (experiments/_figures.py paper_note / models_note)."""
+random test models at test scale (experiments/figures/common.py paper_note / models_note)."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from experiments import _figures as F
-from harness import registry
+from experiments.figures import common as common_figures
+from harness import catalog
 from harness.run import substitutes
 
 from tests.test_figures import substitute_problems
@@ -16,7 +16,7 @@ from tests.test_figures import substitute_problems
 def _used(monkeypatch, name: str, cell: dict, reachable: bool) -> str:
     """The `data_used` text the planner records for `cell` of experiment `name` (apply at full scale)."""
     monkeypatch.setattr(substitutes, "obtainable", lambda s: (reachable, "" if reachable else "offline"))
-    return substitutes.apply(registry.get_experiment(name), cell, "full")[1]
+    return substitutes.apply(catalog.get_experiment(name), cell, "full")[1]
 
 
 def _castin(monkeypatch, name: str, pretrained: bool) -> pd.DataFrame:
@@ -30,41 +30,41 @@ def _castin(monkeypatch, name: str, pretrained: bool) -> pd.DataFrame:
 
 def test_castin_offline_names_random_init_stand_ins(monkeypatch):
     t = _castin(monkeypatch, "castin_gamma", pretrained=False)
-    assert F.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: random-init BERT-base "
+    assert common_figures.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: random-init BERT-base "
                                "(pretrained weights unreachable) and random-init GPT-2 (pretrained weights "
                                "unreachable).")
-    note = F.setting_note(t)
+    note = common_figures.setting_note(t)
     assert "MiniLM-L6 = pretrained" in note and note.count("GPT-2") == 2  # not named again by models_note
-    assert substitute_problems(registry.get_experiment("castin_gamma"), note, t) == []
+    assert substitute_problems(catalog.get_experiment("castin_gamma"), note, t) == []
 
 
 def test_castin_with_the_paper_weights_says_so(monkeypatch):
     t = _castin(monkeypatch, "castin_sqrt_n_adversarial", pretrained=True)
-    assert F.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: pretrained BERT-base "
+    assert common_figures.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: pretrained BERT-base "
                                "and pretrained GPT-2.")
-    assert "random" not in F.setting_note(t) and "unreachable" not in F.setting_note(t)
+    assert "random" not in common_figures.setting_note(t) and "unreachable" not in common_figures.setting_note(t)
 
 
 def test_random_init_by_choice_is_not_called_unreachable():
     """A cell that asks for random GPT-2 (pretrained false) beside the pretrained one: both named, no 'unreachable'."""
     t = pd.DataFrame({"model": ["gpt2", "gpt2"], "pretrained": [True, False], "experiment": "castin_sqrt_n"})
-    assert F.weights_note(t, "gpt2") == "pretrained GPT-2 and random-init GPT-2"
+    assert common_figures.weights_note(t, "gpt2") == "pretrained GPT-2 and random-init GPT-2"
 
 
 def test_a_declared_model_absent_from_the_grid_and_test_scale():
     # castin_gamma declares BERT-base and GPT-2; its quick grid runs GPT-2 only
     t = pd.DataFrame({"model": ["gpt2"], "pretrained": [False], "experiment": "castin_gamma",
                       "data_used": ["random-init gpt2 (substitute for gpt2)"]})
-    assert F.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: random-init GPT-2 "
+    assert common_figures.paper_note(t) == ("Paper models: pretrained BERT-base and pretrained GPT-2. Here: random-init GPT-2 "
                                "(pretrained weights unreachable) and BERT-base not in this grid.")
     # castin_sqrt_n_block declares BERT-base only: no note about GPT-2
     t = t.assign(model="bert-base-uncased", experiment="castin_sqrt_n_block",
                  data_used="random-init bert-base-uncased (substitute for bert-base-uncased)")
-    assert F.paper_note(t) == ("Paper models: pretrained BERT-base. Here: random-init BERT-base (pretrained weights "
+    assert common_figures.paper_note(t) == ("Paper models: pretrained BERT-base. Here: random-init BERT-base (pretrained weights "
                                "unreachable).")
     t = pd.DataFrame({"model": ["tiny-bert"], "pretrained": [False], "experiment": "castin_gamma", "scale": "test"})
-    assert F.paper_note(t).endswith("Here (test-scale grid): tiny BERT (random weights).")
-    assert F.models_note(t["model"], t) == ""  # the tiny BERT is named once, as the stand-in
+    assert common_figures.paper_note(t).endswith("Here (test-scale grid): tiny BERT (random weights).")
+    assert common_figures.models_note(t["model"], t) == ""  # the tiny BERT is named once, as the stand-in
 
 
 @pytest.mark.parametrize("reachable, here", [(False, "Here: Fashion-MNIST (CIFAR-10 unreachable)."),
@@ -73,15 +73,15 @@ def test_vit_data_follows_the_dataset_column(monkeypatch, reachable, here):
     used = _used(monkeypatch, "jasmin_g1_ratio", {"model": "vit", "dataset": "cifar10", "patch": 8}, reachable)
     t = pd.DataFrame({"model": ["vit"], "dataset": ["cifar10" if reachable else "fashion_mnist"], "vit_d": [64],
                       "vit_depth": [4], "data_used": [used], "experiment": "jasmin_g1_ratio"})
-    note = F.setting_note(t)
+    note = common_figures.setting_note(t)
     assert note == f"Paper data: CIFAR-10. {here} Models: ViT = a ViT (d = 64, 4 layers) trained here.", note
-    assert substitute_problems(registry.get_experiment("jasmin_g1_ratio"), note, t) == []
+    assert substitute_problems(catalog.get_experiment("jasmin_g1_ratio"), note, t) == []
 
 
 def test_no_declared_substitute_no_paper_note():
     t = pd.DataFrame({"model": ["gpt2"], "pretrained": [False], "experiment": "castin_magnitude"})
-    assert registry.get_experiment("castin_magnitude").substitutes in ((), None)
-    assert F.paper_note(t) == "" and F.models_note(t["model"], t) == "Models: random-init GPT-2."
+    assert catalog.get_experiment("castin_magnitude").substitutes in ((), None)
+    assert common_figures.paper_note(t) == "" and common_figures.models_note(t["model"], t) == "Models: random-init GPT-2."
 
 
 WITH_VERDICT = ["castin_radius_edge", "castin_radius_quadratic", "castin_radius_large", "mass_splitting",
@@ -96,13 +96,13 @@ def test_sections_carry_a_verdict_computed_from_the_committed_table(name):
     """The summary (presentation: it reads the table only) ends its section with a verdict on the paper's claim."""
     import pandas as pd
 
-    from harness import registry
+    from harness import catalog
     from harness.store.codehash import REPO_ROOT
 
     folder = next((f for f in (REPO_ROOT / "results" / name, REPO_ROOT / "results" / "quick" / name)
                    if (f / "table.parquet").is_file()), None)
     if folder is None:
         pytest.skip("no committed table")
-    registry.load_all()
-    text = registry.get_experiment(name).summary(pd.read_parquet(folder / "table.parquet"))
+    catalog.load_all()
+    text = catalog.get_experiment(name).summary(pd.read_parquet(folder / "table.parquet"))
     assert "Verdict" in text and "**" in text.split("Verdict", 1)[1], text[-500:]

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness import plotting, registry
+from harness import plotting, catalog
 from harness import run as runner
 
-NAMES = registry.list_experiments()
+NAMES = catalog.list_experiments()
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -111,15 +111,15 @@ def substitute_problems(exp, notes: str, table) -> list:
     """What the figure text `notes` (footnotes, not the title) leaves out of `exp`'s declared substitutes: each
     Substitute's paper item ('CIFAR-10', 'GPT-2') and what ran instead: the data of the table's `dataset` column
     ('Fashion-MNIST'), or for a model the random-init stand-in."""
-    from experiments import _figures
+    from experiments.figures import common as common_figures
 
     text, bad = _norm(notes), []
     for s in getattr(exp, "substitutes", ()) or ():
-        paper = _figures.MODEL_NAMES.get(str(s.paper), s.label.replace("pretrained ", "")) if s.key == "model" \
+        paper = common_figures.MODEL_NAMES.get(str(s.paper), s.label.replace("pretrained ", "")) if s.key == "model" \
             else (s.label or str(s.paper))
         if _norm(paper) not in text:
             bad.append(f"the paper's {s.key} {paper!r} not named")
-        here = "random" if s.key == "model" else _figures.dataset_name(table, default=str(s.use))
+        here = "random" if s.key == "model" else common_figures.dataset_name(table, default=str(s.use))
         if _norm(here) not in text:
             bad.append(f"its stand-in {here!r} not named")
     return bad
@@ -165,7 +165,7 @@ def test_figures_readable(name, tmp_path, experiment_cache, saved):
     assert saved, f"{name}: no PNG written"
     bad = {f: p for f, p in saved.items() if p}
     assert not bad, f"{name}: " + "; ".join(f"{f}: {', '.join(p)}" for f, p in bad.items())
-    exp = registry.get_experiment(name)
+    exp = catalog.get_experiment(name)
     if exp.substitutes:
         import pandas as pd
 
@@ -181,7 +181,7 @@ def test_substitute_check_can_fail(saved, tmp_path):
     one naming only the paper's data; it passes once the footnote also names what ran."""
     import pandas as pd
 
-    exp = registry.get_experiment("lofast_ablation")
+    exp = catalog.get_experiment("lofast_ablation")
     table = pd.DataFrame({"dataset": ["fashion_mnist"]})
     for stem, note in (("none", ""), ("half", "Paper: a CIFAR-10 ViT."), ("full", "Paper: CIFAR-10. Here: "
                                                                               "Fashion-MNIST LipViT.")):

@@ -2,7 +2,7 @@
 import pytest
 
 from harness import grid
-from harness.registry import Experiment
+from harness.catalog import Experiment
 
 
 def test_product_and_paired():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import cli, registry
+from harness import cli, catalog
 from harness import run as runner
 from harness.store import atomic, cells, codehash, keys
 from tests._harness_fakes import write_fake
@@ -30,8 +30,8 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
     for k in ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING"):
         monkeypatch.delenv(k, raising=False)
-    registry.load_all()
-    registry.load_module_file(mod)
+    catalog.load_all()
+    catalog.load_module_file(mod)
 
     class F:
         module = mod
@@ -49,7 +49,7 @@ def fake(tmp_path, monkeypatch):
 
     yield F
     for n in ("_fake_squares", "_fake_slow"):
-        registry.unregister(n)
+        catalog.unregister(n)
     sys.modules.pop("_attnlip_ext_fake_exps", None)
 
 
@@ -84,7 +84,7 @@ def test_force_recomputes(fake):
 
 
 def test_keys_do_not_depend_on_order(fake):
-    exp = registry.get_experiment("_fake_squares")
+    exp = catalog.get_experiment("_fake_squares")
     code = codehash.experiment_code(exp)["hash"]
     k1 = keys.cell_key("e", {"n": 1, "mult": 2.0}, 0, "float64", "cpu", code)
     k2 = keys.cell_key("e", {"mult": 2.0, "n": 1}, 0, "float64", "cpu", code)
@@ -105,11 +105,11 @@ def test_keys_do_not_depend_on_order(fake):
 
 
 def test_editing_a_harness_dependency_invalidates(fake, monkeypatch):
-    exp = registry.get_experiment("_fake_squares")
+    exp = catalog.get_experiment("_fake_squares")
     files = codehash.experiment_code(exp)["files"]
     names = {Path(f).relative_to(codehash.REPO_ROOT).as_posix() for f in files}
     assert "harness/context.py" in names  # the context, seeding and deterministic blocks: in every key
-    assert not {"harness/registry.py", "harness/run/worker.py", "harness/cli.py", "harness/plotting.py",
+    assert not {"harness/catalog.py", "harness/run/worker.py", "harness/cli.py", "harness/plotting.py",
                 "harness/config.py", "harness/store/cells.py"} & names  # infrastructure (harness.boundary)
     before = codehash.experiment_code(exp)["hash"]
     real = codehash.sha256
@@ -327,16 +327,16 @@ def test_figure_failure_reported_table_kept(fake, monkeypatch, capsys):
 
 
 def test_decorator_figures_kwarg_means_paper_refs():
-    @registry.experiment(name="_fake_kw", figures=["Paper Fig. 9"])
-    class K(registry.Experiment):
+    @catalog.experiment(name="_fake_kw", figures=["Paper Fig. 9"])
+    class K(catalog.Experiment):
         def run(self, cell, ctx):
             return []
 
     try:
-        e = registry.get_experiment("_fake_kw")
+        e = catalog.get_experiment("_fake_kw")
         assert e.figures_ref == ["Paper Fig. 9"] and callable(e.figures)
     finally:
-        registry.unregister("_fake_kw")
+        catalog.unregister("_fake_kw")
 
 
 def test_dead_worker_loses_no_other_cell(fake, monkeypatch, tmp_path):

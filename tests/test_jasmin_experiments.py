@@ -3,8 +3,8 @@ test-scale runs of the experiments through run() with their figures and summarie
 
 import pytest
 
-from experiments import _jasmin_common as C
-from harness.registry import Context, get_experiment
+from experiments.jasmin import common
+from harness.catalog import Context, get_experiment
 
 SWEEP = ("jasmin_sweep", "jasmin_jacobian_norm", "jasmin_heatmaps", "jasmin_overhead")
 
@@ -20,8 +20,8 @@ def test_labels_regularizers_and_query():
     assert isinstance(for_method("specformer", variant="v", lam=1e-3), Specformer)
     with pytest.raises(ValueError, match="method"):
         for_method("dropout")
-    assert C.query_of_interest("vit", 50) == 1 + 3 * 7 + 3
-    assert C.query_of_interest("minilm", 32) == 16
+    assert common.query_of_interest("vit", 50) == 1 + 3 * 7 + 3
+    assert common.query_of_interest("minilm", 32) == 16
 
 
 def test_grids_cover_the_issue():
@@ -29,24 +29,24 @@ def test_grids_cover_the_issue():
 
     for name in SWEEP:
         cells = get_experiment(name).cells("full")
-        labels = {method_label(**C.regularizer_args(c)) for c in cells}
+        labels = {method_label(**common.regularizer_args(c)) for c in cells}
         # the paper's lambda grid with 1e-4, the single-q / single-k Specformer rows
         assert {"Baseline", "Specformer(joint, 1e-2)", "Specformer(q, 1e-2)",
                 "Specformer(k, 1e-2)", "JaSMin k=10 lam=1e-2 mean", "JaSMin k=10 lam=1e-3 mean",
                 "JaSMin k=10 lam=1e-4 mean", "JaSMin k=0 lam=1e-2 mean"} <= labels, name
         for head in ("Baseline", "Specformer(joint, 1e-2)", "JaSMin k=10 lam=1e-2 mean", "JaSMin k=0 lam=1e-2 mean"):
-            seeds = {c["train_seed"] for c in cells if method_label(**C.regularizer_args(c)) == head}
+            seeds = {c["train_seed"] for c in cells if method_label(**common.regularizer_args(c)) == head}
             assert len(seeds) >= 3, (name, head)  # >= 3 training seeds
-        from experiments.jasmin_sweep import PAPER_CIFAR100
+        from experiments.jasmin.sweep import PAPER_CIFAR100
         assert labels <= set(PAPER_CIFAR100), labels - set(PAPER_CIFAR100)  # every row has the paper's beside it
         for c in cells:  # every sweep experiment trains the same models (one artifact per entry)
-            assert C.vit_cfg(c) == C.vit_cfg(cells[0]) or c["method"] != cells[0]["method"]
+            assert common.vit_cfg(c) == common.vit_cfg(cells[0]) or c["method"] != cells[0]["method"]
             assert c.get("k", 0) <= (28 // c["patch"]) ** 2 + 1
     lb = get_experiment("bound_leaderboard").cells("full")
     assert {c["model"] for c in lb} == {"minilm", "gpt2", "vit"}
     vit = [c for c in lb if c["model"] == "vit"][0]
     base = [c for c in get_experiment("jasmin_sweep").cells("full") if c["method"] == "baseline"][0]
-    assert C.vit_cfg(vit) == C.vit_cfg(base)  # the leaderboard's ViT is the sweep's baseline
+    assert common.vit_cfg(vit) == common.vit_cfg(base)  # the leaderboard's ViT is the sweep's baseline
     for scale in ("quick", "test"):
         assert get_experiment("jasmin_softmax").cells(scale) and get_experiment("jasmin_interlacing").cells(scale)
 
@@ -54,7 +54,7 @@ def test_grids_cover_the_issue():
 def test_sweep_verdict_weighs_the_seed_spread():
     import pandas as pd
 
-    from experiments.jasmin_sweep import JasminSweep
+    from experiments.jasmin.sweep import JasminSweep
 
     def acc(gain10, gain0=None, std=1.0, seeds=3, seeds0=None):
         gain0 = gain10 if gain0 is None else gain0
@@ -92,7 +92,7 @@ def test_registry_on_a_minilm_layer(shared_data):
     from harness.bounds import registry
 
     ctx = Context(scale="test", progress=False)
-    (l, X, w, causal), = C.text_layers({"model": "minilm", "n": 6, "count": 1, "layers": [0]}, ctx)
+    (l, X, w, causal), = common.text_layers({"model": "minilm", "n": 6, "count": 1, "layers": [0]}, ctx)
     assert w.has_bias and not causal
     rows = registry.evaluate(X, w, causal).rows()
     up = [r for r in rows if r["kind"] == "upper" and r["guaranteed"]]
@@ -189,5 +189,5 @@ def test_sweep_full_grid_stays_within_the_run_budget():
     assert {int(c["n_eval"]) for c in cells} == {500} and {int(c["n_aa"]) for c in cells} == {100}
     from harness.models.regularizers import method_label
 
-    labels = {method_label(**C.regularizer_args(c)) for c in cells}
+    labels = {method_label(**common.regularizer_args(c)) for c in cells}
     assert not any("max" in m or m.startswith("Specformer(v") for m in labels), labels

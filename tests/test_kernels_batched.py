@@ -55,9 +55,9 @@ def test_large_batch_selects_partial_reorthogonalization(monkeypatch):
     wp = prepare(X, w)
     op = ZetaGram(stable_probs(X, wp, False), wp.wv, wp.wo, True)
     x0 = torch.randn(X.shape[0], N_TOK * D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    full = K.lanczos(op, x0, tol=1e-12, krylov=20, reorth="full", delta=1e-9)
+    full = K.lanczos(op, x0, tol=1e-12, krylov=20, reorth="full", fail_prob=1e-9)
     monkeypatch.setattr(K, "PARTIAL_MIN_BYTES", 0)
-    auto = K.lanczos(op, x0, tol=1e-12, krylov=20, reorth="auto", delta=1e-9)
+    auto = K.lanczos(op, x0, tol=1e-12, krylov=20, reorth="auto", fail_prob=1e-9)
     assert auto.passes < full.passes
     torch.testing.assert_close(auto.value, full.value, rtol=1e-11, atol=0)
     assert bool(auto.converged.all())

@@ -76,7 +76,7 @@ def test_post_ln_refuses_gpt2(monkeypatch):
 
 
 def test_self_map_is_hf_attention_self(tiny):
-    from experiments.castin_sqrt_n_adversarial import self_map
+    from experiments.castin.sqrt_n_adversarial import self_map
 
     lay, _, mod = tiny
     with torch.no_grad():

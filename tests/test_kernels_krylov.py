@@ -128,7 +128,7 @@ def test_dtype_and_device_follow_input():
 
 # ---- certified upper estimates ------------------------------------------------------------------------------
 def test_kw_formulas():
-    # docs/math.md §4 example: N = 151,296, delta = 1e-9, eps = 1e-2 -> k >= 137
+    # docs/math.md §4 example: N = 151,296, fail_prob = 1e-9, eps = 1e-2 -> k >= 137
     assert kw_steps(151296, 1e-2, 1e-9) == 137
     assert float(kw_epsilon(151296, 137, 1e-9)) <= 1e-2 < float(kw_epsilon(151296, 136, 1e-9))
 
@@ -166,7 +166,7 @@ def test_certified_upper_dominates_dense_truth_on_thousands_of_cases(seed):
     truth = torch.linalg.matrix_norm(M, 2)
     mv, rmv = matrix_ops(M)
     for krylov, iters in ((40, 10), (40, 15), (12, 400)):
-        res = operator_norm(mv, rmv, (1000, 40), 1, seed=seed, delta=1e-4, krylov=krylov, iters=iters,
+        res = operator_norm(mv, rmv, (1000, 40), 1, seed=seed, fail_prob=1e-4, krylov=krylov, iters=iters,
                             on_nonconvergence="ignore")
         assert torch.isfinite(res.upper).all()  # eps < 1 at these k: a real (not infinite) estimate
         assert (res.upper >= truth).all(), float((truth / res.upper).max())
@@ -207,9 +207,9 @@ def test_jacobian_norm_certified_upper():
 
     X, w = make(10, n=4, d=6, h=2, scale=2.0, batch=(3,))
     f = lambda Z: attention(Z, w, residual=True)
-    val, info = jacobian_norm(f, X, delta=1e-6, return_info=True)
+    val, info = jacobian_norm(f, X, fail_prob=1e-6, return_info=True)
     ref = torch.stack([torch.linalg.matrix_norm(dense_jacobian(f, X[b]), 2) for b in range(3)])
-    assert rel(val, ref) <= 1e-6 and (info.upper >= ref).all() and info.delta == 1e-6
+    assert rel(val, ref) <= 1e-6 and (info.upper >= ref).all() and info.fail_prob == 1e-6
 
 
 def test_mixed_precision_refinement_matches_float64():
@@ -260,7 +260,7 @@ def test_partial_reorth_certified_upper_dominates_dense_truth(seed):
     op = _gram_of(M)
     for krylov, iters in ((40, 10), (40, 15), (40, 400), (12, 400)):
         x0 = torch.randn(1000, 40, dtype=DT, generator=g)
-        r = lanczos(op, x0, iters=iters, tol=1e-12, krylov=krylov, delta=1e-4, reorth="partial")
+        r = lanczos(op, x0, iters=iters, tol=1e-12, krylov=krylov, fail_prob=1e-4, reorth="partial")
         assert torch.isfinite(r.upper).all()
         assert (r.upper >= truth).all(), float((truth / r.upper).max())
         assert (r.value <= truth * (1 + 1e-12)).all()
@@ -332,7 +332,7 @@ def test_breakdown_between_convergence_tests_is_caught_at_once():
     U, S, Vh = torch.linalg.svd(M, full_matrices=False)
     M2 = U[..., :1] @ torch.diag_embed(S[..., :1]) @ Vh[..., :1, :]
     op = _gram_of(M2)
-    r = lanczos(op, torch.randn(4, 30, dtype=DT, generator=g), tol=1e-12, delta=1e-6)
+    r = lanczos(op, torch.randn(4, 30, dtype=DT, generator=g), tol=1e-12, fail_prob=1e-6)
     truth = torch.linalg.matrix_norm(M2, ord=2)
     assert bool(r.converged.all()) and (r.steps == 2).all(), r.steps
     assert (r.kw_eps == 0).all() and rel(r.value, truth) <= 1e-12

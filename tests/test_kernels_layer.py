@@ -91,7 +91,7 @@ def test_truth_is_one_function_and_matches_dense_jacobians():
     w, X = _w(16, 8, seed=20), _X(2, 6, 16, seed=21)  # d = 16 > 3 dh = 6: the reduced heads are smaller than X
     dense_heads = castin.head_lipschitz_dense(X, w)  # (2, 8), biases included
     dense_layer = torch.stack([torch.linalg.matrix_norm(dense_jacobian(L.layer_map(w), X[b]), ord=2) for b in range(2)])
-    for certify in (None, dict(steps=24, delta=1e-6)):
+    for certify in (None, dict(steps=24, fail_prob=1e-6)):
         h = L.truth(X, w, heads=True, certify=certify)
         f = L.truth(X, w, certify=certify)
         assert torch.allclose(h.value, dense_heads, rtol=1e-6) and torch.allclose(f.value, dense_layer, rtol=1e-6)
@@ -101,13 +101,13 @@ def test_truth_is_one_function_and_matches_dense_jacobians():
 
 
 def test_one_tolerance_per_dtype_and_purpose():
-    from experiments import _castin_common as C
+    from experiments.castin import common
     from harness import tolerances as T
     from harness.bounds import registry
     from harness.kernels.power import default_tol
 
     for dt in (torch.float64, torch.float32, torch.bfloat16):
-        assert C.tol(dt) == T.truth_tol(dt) and default_tol(dt) == T.norm_tol(dt)
+        assert common.tol(dt) == T.truth_tol(dt) and default_tol(dt) == T.norm_tol(dt)
     assert (T.truth_tol(torch.float64), T.truth_tol(torch.float32)) == (1e-6, 1e-5)
     # the soundness slack exceeds the truth's relative error (<= tol / 2 on sigma) in every dtype
     assert registry.SOUND_RTOL == T.SOUND_RTOL > T.truth_tol(torch.float32) / 2

@@ -155,13 +155,13 @@ def test_guarantee_per_bound_counts_the_estimates_it_uses(trained):
     L, h = len(cert.layers), cert.layers[0].m_up.shape[-1]
     assert L == 2 and h == 2
     assert cert.guarantee_of("naive") == 0.0
-    assert cert.guarantee_of("coarse") == pytest.approx(L * lofast.DELTA)
+    assert cert.guarantee_of("coarse") == pytest.approx(L * lofast.FAIL_PROB)
     for b in NEEDS_M:
-        assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.DELTA) == pytest.approx(cert.guarantee)
+        assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.FAIL_PROB) == pytest.approx(cert.guarantee)
     with pytest.raises(ValueError, match="unknown bound"):
         cert.guarantee_of("tight")
     coarse = certify(m, X[:4], y[:4], fine=False)  # no ||M_l|| estimates: the bounds using them cannot be counted
-    assert coarse.guarantee == coarse.guarantee_of("coarse") == pytest.approx(L * lofast.DELTA)
+    assert coarse.guarantee == coarse.guarantee_of("coarse") == pytest.approx(L * lofast.FAIL_PROB)
     assert coarse.guarantee_of("naive") == 0.0
     for b in NEEDS_M:
         with pytest.raises(ValueError, match="fine=True"):
@@ -172,7 +172,7 @@ def test_certify_rows_and_summary_report_the_guarantee(trained):
     """Every certification row carries its bound's failure probability; the summary states it per bound."""
     import pandas as pd
 
-    from experiments import _lofast_plots as P
+    from experiments.lofast.figures import plots
     from harness.models.lofast_eval import certify_rows
 
     m, X, y = trained
@@ -180,23 +180,23 @@ def test_certify_rows_and_summary_report_the_guarantee(trained):
     t = pd.DataFrame(rows).assign(layers=2, heads=2, vo_norm=0.5, test_acc_full=0.5)
     g = t.groupby("bound").guarantee.unique()
     assert all(len(v) == 1 for v in g) and g["naive"][0] == 0 and 0 < g["coarse"][0] < g["fine"][0] == g["sharp"][0]
-    line = P.guarantee_line(t[t.kind == "curve"])
+    line = plots.guarantee_line(t[t.kind == "curve"])
     assert "naive 0 (deterministic)" in line and f"fine {g['fine'][0]:.1e}" in line and "1e-09" in line
-    assert "not recorded" in P.guarantee_line(t[t.kind == "curve"].drop(columns="guarantee"))
-    assert line in P.certified_summary(t, 0.1)
+    assert "not recorded" in plots.guarantee_line(t[t.kind == "curve"].drop(columns="guarantee"))
+    assert line in plots.certified_summary(t, 0.1)
 
 
 def test_patch_size_axis_is_labelled_and_summarized():
     """LoFAST Fig. 2's patch-size axis: configs at several patch sizes get -p<patch> labels and a summary line."""
     import pandas as pd
 
-    from experiments import _lofast_plots as P
+    from experiments.lofast.figures import plots
 
     rows = [dict(kind="curve", layers=2, heads=8, vo_norm=0.5, patch=p, bound=b, eps=e, certified_acc=acc,
                  clean_acc=0.8) for p, acc in ((4, 0.3), (7, 0.5)) for b in ("fine", "sharp") for e in (0.0, 0.1)]
     t = pd.DataFrame(rows)
-    assert set(P.config_label(t)) == {"L2-h8-c0.5-p4", "L2-h8-c0.5-p7"}
-    line = P.patch_verdict(t, 0.1)
+    assert set(plots.config_label(t)) == {"L2-h8-c0.5-p4", "L2-h8-c0.5-p7"}
+    line = plots.patch_verdict(t, 0.1)
     assert "patch 4 (49 patches)" in line and "patch 7 (16 patches)" in line and "fine 0.300" in line
     one = t[t.patch == 7]
-    assert set(P.config_label(one)) == {"L2-h8-c0.5"} and P.patch_verdict(one, 0.1) == ""
+    assert set(plots.config_label(one)) == {"L2-h8-c0.5"} and plots.patch_verdict(one, 0.1) == ""

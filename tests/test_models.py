@@ -153,7 +153,7 @@ from harness.kernels.softmax import g_k  # noqa: E402
 from harness.models import regularizers as R  # noqa: E402
 from harness.models.train import train_classifier  # noqa: E402
 from harness.models.vit import ViT, attend, vit_for  # noqa: E402
-from harness.registry import Context  # noqa: E402
+from harness.catalog import Context  # noqa: E402
 
 
 def _tiny_vit(**kw):

@@ -20,7 +20,7 @@ from harness.store.codehash import REPO_ROOT
 
 FIGS = '''
 import os, time
-from harness.registry import Experiment, experiment
+from harness.catalog import Experiment, experiment
 
 @experiment
 class FakeFigures(Experiment):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import _jasmin_common as JC
-from harness import registry
+from experiments.jasmin import common
+from harness import catalog
 from harness import run as runner
 from harness.store.codehash import experiment_code
 from tests.test_paper_scale import _fake_cifar10
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 JASMIN_VIT = ("jasmin_sweep", "jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin_overhead", "jasmin_attention_maps",
               "jasmin_g1_ratio", "jasmin_jsm_rows", "bound_leaderboard")
 CASTIN = ("castin_gamma", "castin_sqrt_n_block", "castin_sqrt_n_adversarial")
-BUDGET = {"full": JC.VIT_FULL, "quick": JC.VIT_QUICK}
+BUDGET = {"full": common.VIT_FULL, "quick": common.VIT_QUICK}
 
 
 def _vit_cells(name, scale, results):
@@ -34,13 +34,13 @@ def _vit_cells(name, scale, results):
 def test_jasmin_vits_fall_back_to_the_committed_fashion_mnist_cells(offline, scale):
     want = {k: v[0] for k, v in BUDGET[scale].items()}
     for name in JASMIN_VIT:
-        exp = registry.get_experiment(name)
+        exp = catalog.get_experiment(name)
         declared = [c for c in exp.cells(scale) if c.get("model", "vit") == "vit"]
         assert declared and {(c["dataset"], c["patch"]) for c in declared} == {("cifar10", 8)}, name
         tasks = _vit_cells(name, scale, offline / "r")
         assert len(tasks) == len(declared), name
         for t in tasks:  # the Fashion-MNIST budget, value for value: the keys of the committed results
-            assert {k: t.cell[k] for k in JC.VIT_KEYS} == want, name
+            assert {k: t.cell[k] for k in common.VIT_KEYS} == want, name
             assert t.used == "fashion_mnist (substitute for cifar10)"
 
 
@@ -51,7 +51,7 @@ def test_jasmin_vits_use_cifar10_together_where_it_resolves(offline, monkeypatch
         assert {(t.cell["dataset"], t.cell["patch"]) for t in tasks} == {("cifar10", 8)}, name
         assert {t.data_source for t in tasks} == {"mirror:cifar10"} and {t.used for t in tasks} == {"cifar10 (paper)"}
     # the models the experiments share are the same artifacts: one ViT budget among all of them
-    budgets = {tuple(t.cell[k] for k in JC.VIT_KEYS) for n in JASMIN_VIT for t in _vit_cells(n, "quick", offline)}
+    budgets = {tuple(t.cell[k] for k in common.VIT_KEYS) for n in JASMIN_VIT for t in _vit_cells(n, "quick", offline)}
     assert len(budgets) == 1
 
 
@@ -63,7 +63,7 @@ def test_test_scale_needs_no_substitute(offline):
 
 def test_castin_cells_keep_the_model_name_and_record_random_init(offline):
     for name in CASTIN:
-        exp = registry.get_experiment(name)
+        exp = catalog.get_experiment(name)
         p = runner.plan(name, runner.RunConfig(results_dir=offline / "r"), verify=False)
         assert [t.cell for t in p.tasks] == exp.cells("full"), name  # substitution leaves the cells as declared
         paper_models = [t for t in p.tasks if t.cell["model"] in ("bert-base-uncased", "gpt2")]
@@ -76,23 +76,23 @@ def test_castin_cells_keep_the_model_name_and_record_random_init(offline):
 
 
 def test_paper_sizes_of_the_remaining_experiments():
-    text = registry.get_experiment("lofast_text").cells("paper")
+    text = catalog.get_experiment("lofast_text").cells("paper")
     assert len({(c["layers"], c["heads"], c["vo_norm"]) for c in text}) == 12  # layers x heads x norms, as the paper
     assert {(c["dataset"], c["train_size"], c["points"]) for c in text} == {("sst2", 67349, 872)}
     vit_paper = ("jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin_overhead", "jasmin_attention_maps",
                  "bound_leaderboard")
     for name in vit_paper:  # the ViT-B models jasmin_sweep trains at --scale paper
-        vit = [c for c in registry.get_experiment(name).cells("paper") if c.get("model", "vit") == "vit"]
+        vit = [c for c in catalog.get_experiment(name).cells("paper") if c.get("model", "vit") == "vit"]
         assert vit and {(c["dataset"], c["patch"], c["vit_d"], c["vit_depth"]) for c in vit} == \
             {("cifar10", 4, 768, 12)}, name
-    assert all(registry.get_experiment(n).paper_cost for n in vit_paper + CASTIN + ("lofast_text",))
+    assert all(catalog.get_experiment(n).paper_cost for n in vit_paper + CASTIN + ("lofast_text",))
 
 def test_declarations_are_not_compute_code():
     """The modules holding the papers' grids and substitutes are read by declarations only: editing them never
     invalidates a computed cell."""
-    for name in registry.list_experiments():
-        files = {f.name for f in experiment_code(registry.get_experiment(name))["files"]}
-        assert not files & {"_jasmin_grids.py", "_castin_paper.py", "_lofast_grids.py"}, name
+    for name in catalog.list_experiments():
+        files = {f.name for f in experiment_code(catalog.get_experiment(name))["files"]}
+        assert not files & {"jasmin/grids.py", "castin/paper.py", "lofast/grids.py"}, name
 
 
 def _run_with_nothing(tmp_path, *args):

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import cli, registry
+from harness import cli, catalog
 from harness import run as runner
-from harness.registry import Substitute
+from harness.catalog import Substitute
 from harness.run import substitutes
 from tests._harness_fakes import registered_fakes
 
@@ -45,13 +45,13 @@ def test_dry_run_plans_the_paper_scale_with_an_estimate(offline, capsys):
 
 
 def test_paper_grids_are_the_papers_sizes():
-    cert = registry.get_experiment("lofast_certified").cells("paper")
+    cert = catalog.get_experiment("lofast_certified").cells("paper")
     assert {c["dataset"] for c in cert} == {"cifar10"} and {c["train_size"] for c in cert} == {50000}
     assert {c["patch"] for c in cert} == {4, 8, 16} and {c["points"] for c in cert} == {10000}
-    castin = registry.get_experiment("castin_sqrt_n").cells("paper")
+    castin = catalog.get_experiment("castin_sqrt_n").cells("paper")
     assert {c["model"] for c in castin} == {"bert-base-uncased", "gpt2"}
     assert {c["corpus"] for c in castin} == {"alice", "ag_news"} and all(len(c["n"]) == 50 for c in castin)
-    sweep = registry.get_experiment("jasmin_sweep").cells("paper")
+    sweep = catalog.get_experiment("jasmin_sweep").cells("paper")
     assert {(c["dataset"], c["patch"], c["vit_d"], c["vit_depth"]) for c in sweep} == {("cifar10", 4, 768, 12)}
 
 
@@ -114,7 +114,7 @@ def fakes(tmp_path, monkeypatch):
 
 def test_table_column_and_readme_line(fakes, tmp_path, monkeypatch, capsys):
     """A substituted cell runs the substitute's value, with data_used in the table and the README."""
-    exp = registry.get_experiment("_fake_squares")
+    exp = catalog.get_experiment("_fake_squares")
     monkeypatch.setattr(exp, "substitutes", (Substitute("mult", 2.0, 1.5, label="MULT-2", use_label="mult 1.5"),),
                         raising=False)
     monkeypatch.setattr(substitutes, "obtainable", lambda s: (False, "offline: test"))

@@ -1,4 +1,4 @@
-"""Grid parameter ranges (harness.registry.PARAM_RANGES, Experiment.ranges): a --set value outside is refused when
+"""Grid parameter ranges (harness.catalog.PARAM_RANGES, Experiment.ranges): a --set value outside is refused when
 the run is planned, naming the range, instead of failing inside a cell; every value an experiment declares lies
 inside, so the table describes the experiments as they are."""
 from __future__ import annotations
@@ -7,19 +7,19 @@ import importlib
 
 import pytest
 
-from harness import cli, registry
+from harness import cli, catalog
 
 plan = importlib.import_module("harness.run.plan")
 
 
 def test_every_declared_value_is_in_its_range():
-    registry.load_all()
+    catalog.load_all()
     bad = []
-    for name in registry.list_experiments():
-        exp = registry.get_experiment(name)
-        rules = {**registry.PARAM_RANGES, **exp.ranges}
+    for name in catalog.list_experiments():
+        exp = catalog.get_experiment(name)
+        rules = {**catalog.PARAM_RANGES, **exp.ranges}
         for key, rule in rules.items():
-            bad += [(name, key, v) for v in plan._declared(exp, key) if registry.out_of_range(rule, v)]
+            bad += [(name, key, v) for v in plan._declared(exp, key) if catalog.out_of_range(rule, v)]
     assert not bad
 
 
@@ -30,8 +30,8 @@ def test_every_declared_value_is_in_its_range():
     (">=2", [2, 81], [1]),
 ])
 def test_out_of_range(rule, good, wrong):
-    assert not any(registry.out_of_range(rule, v) for v in good)
-    assert all(registry.out_of_range(rule, v) for v in wrong)
+    assert not any(catalog.out_of_range(rule, v) for v in good)
+    assert all(catalog.out_of_range(rule, v) for v in wrong)
 
 
 @pytest.mark.parametrize("setting, message", [

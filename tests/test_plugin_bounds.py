@@ -7,12 +7,12 @@ import textwrap
 
 import pytest
 
-from harness import cli, registry
+from harness import catalog, cli
 from harness.bounds import registry as bounds
 
 EXP = '''
 import torch
-from harness.registry import Experiment, experiment
+from harness.catalog import Experiment, experiment
 
 
 @experiment
@@ -61,10 +61,10 @@ def board(tmp_path, monkeypatch):
     exp.write_text(EXP)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    registry.load_all()
-    registry.load_module_file(exp)
+    catalog.load_all()
+    catalog.load_module_file(exp)
     yield tmp_path
-    registry.unregister("_fake_board")
+    catalog.unregister("_fake_board")
     for n in ("my_loose", "my_zero", "my_nan"):
         if n in bounds.bound_names():
             bounds.unregister_bound(n)

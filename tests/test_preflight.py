@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import cli, registry
+from harness import cli, catalog
 from harness import run as runner
-from harness.registry import Experiment, experiment
+from harness.catalog import Experiment, experiment
 from harness.run import substitutes
 
 CALLS: list = []
@@ -38,7 +38,7 @@ def _registered():
     """Registered for this module's tests only (not at import: other modules parametrize over the registry)."""
     experiment(_NeedsThings)
     yield
-    registry.unregister("_preflight_needs")
+    catalog.unregister("_preflight_needs")
 
 
 @pytest.fixture
@@ -131,14 +131,14 @@ def test_gpt2_text_rows_are_keyed_as_the_random_init_they_load(nothing, monkeypa
     from harness.models import hub
 
     monkeypatch.setattr(hub, "cached_snapshot", lambda name, files=(): f"/hub/{name}/snapshots/0123456789abcdef")
-    exp = registry.get_experiment("bound_leaderboard")
+    exp = catalog.get_experiment("bound_leaderboard")
     gpt2 = [c for c in exp.cells("full") if c["model"] == "gpt2"]
     assert gpt2 and {exp.model_source(c) for c in gpt2} == {"random-init:gpt2(seed=0)"}
 
 
 @pytest.mark.parametrize("name", STUDY)
 def test_minilm_study_cells_declare_sst2(nothing, name):
-    exp = registry.get_experiment(name)
+    exp = catalog.get_experiment(name)
     cells = [c for c in exp.cells("full") if c["source"] == "minilm"]
     assert cells and all(exp.data_names(c) == ["sst2"] for c in cells)
     assert all(exp.model_source(c).startswith(("package:", "random-init:")) for c in cells)
@@ -205,4 +205,4 @@ def test_a_random_init_gpt2_without_its_tokenizer_is_named_before_running(nothin
         tasks = runner.plan("_preflight_tokenizer", _cfg(nothing), verify=False).tasks
         assert [t.missing for t in tasks] == [[], []]
     finally:
-        registry.unregister("_preflight_tokenizer")
+        catalog.unregister("_preflight_tokenizer")

@@ -30,7 +30,7 @@ from harness.kernels.layer import truth
 g = torch.Generator().manual_seed(0)
 w = AttentionWeights.random(256, 8, generator=g)
 X = torch.randn(128, 256, dtype=torch.float64, generator=g)
-value = float(truth(X, w, certify=dict(steps=24, delta=1e-9)).value)
+value = float(truth(X, w, certify=dict(steps=24, fail_prob=1e-9)).value)
 print(json.dumps(dict(on=on, kept_mib=kept / 2 ** 20, again=again, value=value.hex())))
 """
 
@@ -71,7 +71,7 @@ def test_attnlip_analyze_applies_it(monkeypatch, capsys):
 
 CELLS = '''
 import time
-from harness.registry import Experiment, experiment
+from harness.catalog import Experiment, experiment
 
 def _rss_mib():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2 ** 20
@@ -93,11 +93,11 @@ class MemoryCells(Experiment):
 RUNNER = """
 import json, sys
 from pathlib import Path
-from harness import process, registry
+from harness import process, catalog
 from harness import run as runner
 if sys.argv[2] == "no-trim":
     process.release_freed_memory = lambda: False
-registry.load_module_file(sys.argv[1])
+catalog.load_module_file(sys.argv[1])
 root = Path(sys.argv[3])
 cfg = runner.RunConfig(scale="full", results_dir=root, cache_dir=root / "cache", executor="serial", progress=False,
                        figures=False)

@@ -162,7 +162,7 @@ def test_list_and_dry_run_show_expected_time_from_committed_walls(fake, tmp_path
 PROGRESS_FAKE = '''
 import tempfile
 
-from harness.registry import Experiment, experiment
+from harness.catalog import Experiment, experiment
 
 
 @experiment

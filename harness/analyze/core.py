@@ -94,7 +94,7 @@ def _short(text: str, k: int = 80) -> str:
 def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = None, dtype="float64",
             device="cpu", eps: float = 1e-2, methods: Optional[Iterable[str]] = None,
             bounds: Sequence[Union[str, Callable]] = (), entry_points: bool = True, max_tokens: Optional[int] = None,
-            pgd_steps: int = 20, pgd_restarts: int = 1, delta: float = 1e-6, tol: Optional[float] = None,
+            pgd_steps: int = 20, pgd_restarts: int = 1, fail_prob: float = 1e-6, tol: Optional[float] = None,
             iters: int = 2000, certify_steps: int = 24, seed: int = 0, progress: bool = False,
             timings: Optional[dict] = None, default_max_tokens: Optional[int] = None):
     """Every registered bound + the truth for each requested layer and head of `model` at `inputs`: a DataFrame.
@@ -109,7 +109,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     df.attrs["notices"]. dtype/device: where the bounds are computed (the forward pass runs in the
     model's own weights). eps: Theorem 1's radius for lofast_delta and pgd (0 skips them). methods: registry
     names and EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added
-    to the registry and checked against the truth. delta: failure probability of truth_upper; certify_steps: Lanczos
+    to the registry and checked against the truth. fail_prob: failure probability of truth_upper; certify_steps: Lanczos
     products before the truths may stop (a longer first Krylov cycle tightens truth_upper). `timings`, if given, is
     filled with wall times (forward, per layer, total).
     A user mistake (layer out of range, empty text, a tokenizer that is not the model's, an unavailable device,
@@ -168,9 +168,9 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
             amap = adapter.attention_map(l, ln, dt, dev)
             if amap is not None:  # position terms in the scores (RoPE, relative biases): harness.analyze.modern
                 rows += modern.rows(X, amap, names, meta, eps, pgd_steps, pgd_restarts, seed, methods,
-                                    dict(tol=tol, iters=iters, delta=delta, seed=seed, certify_steps=certify_steps))
+                                    dict(tol=tol, iters=iters, fail_prob=fail_prob, seed=seed, certify_steps=certify_steps))
                 continue
-            s = AnalyzeState(X, w, causal, tol, iters, delta, seed, certify_steps)
+            s = AnalyzeState(X, w, causal, tol, iters, fail_prob, seed, certify_steps)
             ev = registry.evaluate(X, w, causal, names=names, state=s)
             for r in ev.rows():
                 r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
@@ -186,7 +186,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     df = df.reset_index(drop=True)
     df.attrs.update(model=str(model) if not isinstance(model, torch.nn.Module) else type(model).__name__,
                     source=source, architecture=adapter.name, causal=causal, dtype=str(dt).replace("torch.", ""),
-                    device=str(dev), eps=eps, delta=delta, layers=layers, n_layers=L, plugins=plugin_names,
+                    device=str(dev), eps=eps, fail_prob=fail_prob, layers=layers, n_layers=L, plugins=plugin_names,
                     max_tokens=budget, notices=notices)
     if timings is not None:
         timings.update(forward_s=t_fwd, layers_s=per_layer, total_s=time.perf_counter() - t0)

@@ -33,8 +33,8 @@ class MapState(AnalyzeState):
     """AnalyzeState of an AttentionMap: truth, P, zeta and m_fine from the exact map (see the module docstring)."""
 
     def __init__(self, X: Tensor, amap: AttentionMap, tol: Optional[float] = None, iters: int = 2000,
-                 delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
-        super().__init__(X, amap.w, amap.causal, tol, iters, delta, seed, certify_steps)
+                 fail_prob: float = 1e-6, seed: int = 0, certify_steps: int = 24):
+        super().__init__(X, amap.w, amap.causal, tol, iters, fail_prob, seed, certify_steps)
         self.amap = amap
 
     def _norm(self, f, X: Tensor):

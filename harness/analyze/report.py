@@ -187,7 +187,7 @@ def summary_md(df, meta: dict) -> str:
              f"- weights: `{meta.get('source')}` ({meta.get('architecture')}, causal={meta.get('causal')})",
              f"- inputs: {df['input'].nunique()}, tokens per input: {sorted(set(df['n_tokens']))}",
              f"- layers: {meta.get('layers')}, dtype {meta.get('dtype')}, device {meta.get('device')}, "
-             f"eps = {meta.get('eps')}, delta = {meta.get('delta')}",
+             f"eps = {meta.get('eps')}, fail_prob = {meta.get('fail_prob')}",
              f"- wall time: {meta.get('total_s', float('nan')):.1f} s"]
     lines += [f"- note: {n}" for n in meta.get("notices") or []] + [""]
     if len(bad):

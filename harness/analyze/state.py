@@ -15,7 +15,7 @@ from harness.kernels.layer import certified_norm
 
 Tensor = torch.Tensor
 EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
-    "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - delta)"),
+    "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - fail_prob)"),
     "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
     "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
     "prop34": ("head", "lower", "ball", "Castin Prop. 3.4 lower bound on B_R^n (bias-free map)"),
@@ -26,19 +26,19 @@ EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope,
 
 class AnalyzeState(InputState):
     """bounds.input_state.InputState whose truths start from a Gaussian drawn before looking, so they also carry
-    the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - delta over the start;
+    the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - fail_prob over the start;
     kernels.layer.certified_norm, docs/math.md §4)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
-                 delta: float = 1e-6, seed: int = 0, certify_steps: int = 24):
-        self.delta, self.seed, self.certify_steps = float(delta), int(seed), int(certify_steps)
+                 fail_prob: float = 1e-6, seed: int = 0, certify_steps: int = 24):
+        self.fail_prob, self.seed, self.certify_steps = float(fail_prob), int(seed), int(certify_steps)
         super().__init__(X, w, causal, tol, iters,
-                         certify=dict(steps=self.certify_steps, delta=self.delta, seed=self.seed))
+                         certify=dict(steps=self.certify_steps, fail_prob=self.fail_prob, seed=self.seed))
 
     def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
         """kernels.layer.certified_norm of the operator (matvec, rmatvec) at X with this state's settings:
         (value, converged, upper), each (...,) over X's batch dims."""
-        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.delta)
+        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.fail_prob)
         return r.value, r.converged, r.upper
 
 

@@ -22,7 +22,7 @@ class InputState:
 
     X: (..., n, d); w is moved to X's dtype and device. Power iterations use `tol` (None: the dtype's default,
     harness.tolerances) and at most `iters` operator applications; their convergence flags are kept
-    (`converged`). certify: None, or dict(steps=..., delta=..., seed=...): the truths then start from a seeded
+    (`converged`). certify: None, or dict(steps=..., fail_prob=..., seed=...): the truths then start from a seeded
     Gaussian and also give the KW certified upper estimate (`upper[scope]`, kernels.layer.certified_norm).
     """
 

@@ -11,7 +11,7 @@ fine=False), c = softmax_lip (1 in the paper; 1/2 is also valid, JaSMin Cor. 1).
 Every function takes X (n, d) or (..., n, d), follows X's device and dtype (the weights are cast to it) and
 returns plain tensors: (...,) per input or (..., h) per head. Exact norms are computed matrix-free by thick-restart
 Lanczos on exact reduced operators (harness.kernels.krylov, harness.kernels.operators); pass return_info=True to get
-(value, LofastInfo) with convergence flags and certified upper estimates (PowerResult.upper, probability >= 1 - DELTA).
+(value, LofastInfo) with convergence flags and certified upper estimates (PowerResult.upper, probability >= 1 - FAIL_PROB).
 
 Biases (beyond the paper, derived): bo and bv cancel in Delta_1, so zeta is exact for the biased layer (its
 P_l include bq, bk). For Delta_2 the biased scores change by Gamma wq K^T + Q wk^T Gamma^T + Gamma B Gamma^T
@@ -51,7 +51,7 @@ class LofastInfo:
 
 
 KRYLOV_BYTES = 128 * 2**20  # memory budget of the Lanczos basis (krylov + 1 copies of the flat batch of iterates)
-DELTA = 1e-9  # failure probability of the certified upper estimates (over the seeded Gaussian start)
+FAIL_PROB = 1e-9  # failure probability of the certified upper estimates (over the seeded Gaussian start)
 
 
 def _krylov(numel: int, dtype, krylov: Optional[int]) -> int:
@@ -70,27 +70,27 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
         raise ValueError(f"LoFAST's exact norms use Lanczos (method='lanczos'), got method={method!r}")
     check_args(iters, tol, on_nonconvergence)
     tol = default_tol(X.dtype) if tol is None else tol
-    delta = kw.pop("delta", DELTA)
+    fail_prob = kw.pop("fail_prob", FAIL_PROB)
     opts = dict(iters=iters, tol=tol, krylov=_krylov(x0.numel(), X.dtype, kw.pop("krylov", None)),
                 min_steps=kw.pop("min_steps", 1), check_every=kw.pop("check_every", 3))
     cert_eps = kw.pop("certify_eps", None)
     if cert_eps is not None and random_start:  # first cycle long enough for a KW eps of cert_eps
-        k = min(kw_steps(op.dim, cert_eps, delta), iters)
+        k = min(kw_steps(op.dim, cert_eps, fail_prob), iters)
         opts.update(krylov=max(opts["krylov"], k + 1), min_steps=max(opts["min_steps"], k))
     mixed = kw.pop("mixed", False) and X.dtype == torch.float64 and random_start
     if kw:
         raise TypeError(f"unexpected keyword arguments {sorted(kw)}")
     if mixed:
-        r, products0 = _mixed(op, x0, delta, opts)
+        r, products0 = _mixed(op, x0, fail_prob, opts)
     else:
-        r, products0 = lanczos(op, x0, delta=delta if random_start else None, **opts), 0
+        r, products0 = lanczos(op, x0, fail_prob=fail_prob if random_start else None, **opts), 0
     value, vec, conv, rel, steps, products = r.value, r.vector, r.converged, r.rel, r.steps, r.products + products0
     upper = r.upper if random_start else torch.full_like(value, float("inf"))
     restarted = None
     if not random_start:
         restarted = conv & (steps <= SUSPICIOUS_STEPS)
         if bool(restarted.any()):
-            r2 = lanczos(op, restart(), delta=delta, **opts)
+            r2 = lanczos(op, restart(), fail_prob=fail_prob, **opts)
             better = restarted & (r2.value > value)
             value = torch.where(better, r2.value, value)
             vec = torch.where(better[:, None], r2.vector, vec)
@@ -101,19 +101,19 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     upper = torch.minimum(upper, det_upper.reshape(-1)) if det_upper is not None else upper
     report_nonconvergence(conv, rel, products, tol, on_nonconvergence, "Lanczos iteration")
     sh = tuple(batch_shape)
-    res = PowerResult(value.reshape(sh), conv.reshape(sh), vec, products, rel.reshape(sh), upper.reshape(sh), delta,
+    res = PowerResult(value.reshape(sh), conv.reshape(sh), vec, products, rel.reshape(sh), upper.reshape(sh), fail_prob,
                       None if restarted is None else restarted.reshape(sh), steps.reshape(sh))
     return res
 
 
-def _mixed(op, x0, delta, opts):
+def _mixed(op, x0, fail_prob, opts):
     """mixed=True (float64 only): float32 Lanczos to tol 1e-5 from the Gaussian start (which carries the KW
     estimate, computed in float32 and padded by a 1e-4 relative slack), then float64 Lanczos from its Ritz vectors
     to the requested tol. Returns (float64 result with `upper` from the float32 run, float32 products)."""
     op32 = op.to(torch.float32)
     o32 = dict(opts, tol=max(opts["tol"], 1e-5))
-    r32 = lanczos(op32, x0.float(), delta=delta, **o32)
-    r = lanczos(op, r32.vector.double(), delta=None, **dict(opts, min_steps=1))
+    r32 = lanczos(op32, x0.float(), fail_prob=fail_prob, **o32)
+    r = lanczos(op, r32.vector.double(), fail_prob=None, **dict(opts, min_steps=1))
     up = r32.upper.double() * (1 + 1e-4)
     r.upper = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
     r.steps = r.steps + r32.steps
@@ -146,10 +146,10 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
 
     causal=True (ours, beyond the paper) uses the masked P_l; Lemma 1's argument holds for any fixed P_l.
     Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
-    estimate (probability >= 1 - delta over the seeded start, or the deterministic eq. 9 bound if smaller).
+    estimate (probability >= 1 - fail_prob over the seeded start, or the deterministic eq. 9 bound if smaller).
     P_norm: ||P_l(X)|| (..., h) for that eq. 9 bound when the caller has it (bounds.input_state.InputState
     computes it once per input); computed here when absent or not finite.
-    kw: krylov (basis size), delta (default DELTA), certify_eps (run an unrestarted first cycle long enough
+    kw: krylov (basis size), fail_prob (default FAIL_PROB), certify_eps (run an unrestarted first cycle long enough
     for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every, mixed (float64 inputs: float32
     iterations, then float64 refinement; see _mixed).
     """
@@ -175,7 +175,7 @@ def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iter
     Computed on the exact reduced operator Z -> Z K'^T + Q' Z^T (harness.kernels.operators.MGram, Z = G U,
     n x r with r = min(d, 2 dh)) by thick-restart Lanczos with per-head deflation. info.m.vector: the right
     singular vector G = Z U^T (..., h, n, d); info.m.upper: certified upper estimate (min of the KW estimate
-    and xi_l). v0 (..., h, n, d) is projected onto the reduced space. kw: side ("auto"), krylov, delta, ...
+    and xi_l). v0 (..., h, n, d) is projected onto the reduced space. kw: side ("auto"), krylov, fail_prob, ...
     """
     w = prepare(X, w)
     batch = (*X.shape[:-2], w.h)

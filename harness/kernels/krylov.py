@@ -24,7 +24,7 @@ what keeps every finite operator finite (A^T A of ||A|| = 1e200 is 1e400 in floa
 - certified upper estimate (Kuczynski-Wozniakowski 1992) when the start is a Gaussian drawn before looking:
   with k the Krylov dimension of the first (unrestarted) cycle, P(theta_k < (1 - eps) lambda_max) <= 1.648
   sqrt(N) exp(-sqrt(eps) (2k - 1)); the final theta >= theta_k (thick restart is monotone), so
-  sigma_max <= sqrt(theta / (1 - eps)) c with probability >= 1 - delta over the start vector.
+  sigma_max <= sqrt(theta / (1 - eps)) c with probability >= 1 - fail_prob over the start vector.
 """
 from __future__ import annotations
 
@@ -42,21 +42,21 @@ Tensor = torch.Tensor
 KW_CONST = 1.648  # Kuczynski-Wozniakowski (1992), Lanczos from a uniformly random start
 
 
-def kw_epsilon(N: int, k, delta: float):
-    """Relative eps with P(theta_k < (1 - eps) lambda_max) <= delta after k Lanczos steps in dimension N
+def kw_epsilon(N: int, k, fail_prob: float):
+    """Relative eps with P(theta_k < (1 - eps) lambda_max) <= fail_prob after k Lanczos steps in dimension N
     (>= 1: no bound)."""
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not 0 < fail_prob < 1:
+        raise ValueError(f"fail_prob must be in (0, 1), got {fail_prob}")
     k = torch.as_tensor(k, dtype=torch.float64)
-    num = math.log(KW_CONST * math.sqrt(max(N, 1)) / delta)
+    num = math.log(KW_CONST * math.sqrt(max(N, 1)) / fail_prob)
     return (num / (2 * k - 1).clamp_min(1)) ** 2
 
 
-def kw_steps(N: int, eps: float, delta: float) -> int:
-    """Smallest k with kw_epsilon(N, k, delta) <= eps: k >= 1/2 + ln(1.648 sqrt(N)/delta) / (2 sqrt(eps))."""
+def kw_steps(N: int, eps: float, fail_prob: float) -> int:
+    """Smallest k with kw_epsilon(N, k, fail_prob) <= eps: k >= 1/2 + ln(1.648 sqrt(N)/fail_prob) / (2 sqrt(eps))."""
     if not 0 < eps < 1:
         raise ValueError(f"eps must be in (0, 1), got {eps}")
-    return int(math.ceil(0.5 + math.log(KW_CONST * math.sqrt(max(N, 1)) / delta) / (2 * math.sqrt(eps))))
+    return int(math.ceil(0.5 + math.log(KW_CONST * math.sqrt(max(N, 1)) / fail_prob) / (2 * math.sqrt(eps))))
 
 
 class GramOperator:
@@ -114,7 +114,7 @@ class LanczosResult:
     vector: Tensor  # (B, N) unit top eigenvector estimate of the Gram operator
     steps: Tensor  # (B,) Gram products spent on each operator
     rel: Tensor  # (B,) last relative Ritz residual
-    upper: Optional[Tensor]  # (B,) certified upper estimate (probability >= 1 - delta), None if not requested
+    upper: Optional[Tensor]  # (B,) certified upper estimate (probability >= 1 - fail_prob), None if not requested
     kw_eps: Optional[Tensor]  # (B,) relative eps of the KW bound on sigma^2
     products: int  # Gram applications of the (shrinking) batch
     passes: int = 0  # full reorthogonalization passes over the basis (batch-wide)
@@ -122,12 +122,12 @@ class LanczosResult:
 
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
             keep: Optional[int] = None, check_every: int = 3, min_steps: int = 1,
-            delta: Optional[float] = None, reorth: str = "auto") -> LanczosResult:
+            fail_prob: Optional[float] = None, reorth: str = "auto") -> LanczosResult:
     """Thick-restart Lanczos for the top eigenvalue of every Gram operator in a batch (see module docstring).
 
     x0 (B, N): start vectors (any norm). iters caps the Gram products per operator, krylov the basis size,
     keep the Ritz vectors kept at a restart (default krylov // 2). min_steps: no operator is declared converged
-    before this many products (to reach the Krylov dimension a certificate needs). delta: compute the KW upper
+    before this many products (to reach the Krylov dimension a certificate needs). fail_prob: compute the KW upper
     estimate (only meaningful when x0 is Gaussian and drawn independently of the operator).
     reorth: "full" (every step), "partial" (Simon's PRO in the first cycle, full after a restart) or "auto"
     (partial iff N >= PARTIAL_MIN_DIM or the batch's basis takes >= PARTIAL_MIN_BYTES: where reading the basis
@@ -140,7 +140,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     if int(krylov) < 2:  # a thick restart keeps >= 1 Ritz vector plus the residual
         raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
     with torch.inference_mode():
-        out = _lanczos(op, x0.detach(), iters, tol, int(krylov), keep, check_every, min_steps, delta, reorth)
+        out = _lanczos(op, x0.detach(), iters, tol, int(krylov), keep, check_every, min_steps, fail_prob, reorth)
     return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in out))
 
 
@@ -187,17 +187,17 @@ class Outputs:
         s.frozen = s.frozen | finish
         return finish
 
-    def result(self, scale: Tensor, N: int, m: int, delta: Optional[float]):
+    def result(self, scale: Tensor, N: int, m: int, fail_prob: Optional[float]):
         """(value, converged, vector, steps, rel, upper, kw_eps): sigma = sqrt(theta) c, and the certified upper
-        estimate sqrt(theta / (1 - eps_KW)) c (plus a 100 k eps rounding slack) when delta is given."""
+        estimate sqrt(theta / (1 - eps_KW)) c (plus a 100 k eps rounding slack) when fail_prob is given."""
         dt = self.theta.dtype
         eps_m = torch.finfo(dt).eps
         finite = torch.isfinite(self.theta) & torch.isfinite(self.vec).all(-1)
         self.conv &= finite
         value = self.theta.clamp_min(0).sqrt() * scale
         upper = kw = None
-        if delta is not None:
-            kw = kw_epsilon(N, self.first, delta).to(dt).to(self.theta.device)
+        if fail_prob is not None:
+            kw = kw_epsilon(N, self.first, fail_prob).to(dt).to(self.theta.device)
             # an invariant Krylov subspace stays the same for every larger k, so the KW bound holds with k -> inf
             kw = torch.where(self.broke & (self.first < m), torch.zeros_like(kw), kw)
             slack = 1 + 100 * eps_m * self.first.to(dt)  # rounding of the computed Ritz value
@@ -207,7 +207,7 @@ class Outputs:
         return value, self.conv, self.vec, self.steps, self.rel, upper, kw
 
 
-def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, delta, reorth):
+def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth):
     """The iteration (module docstring), as the named steps of harness.kernels.lanczos_steps."""
     B, N = x0.shape
     m = max(1, min(krylov, iters + 1, N))  # a basis of N vectors spans the space: the Ritz value is exact
@@ -245,4 +245,4 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, delta, re
             check_at, last_k = check_at - shift, last_k - shift  # test positions follow the new numbering
         else:
             s.extend(nxt, beta)
-    return (*out.result(scale0, N, m, delta), products, s.passes)
+    return (*out.result(scale0, N, m, fail_prob), products, s.passes)

@@ -134,7 +134,7 @@ def _dense(matvec, X: Tensor) -> PowerResult:
     value = S[..., 0]
     ok = torch.isfinite(value)
     return PowerResult(value, ok, Vh[..., 0, :].reshape(*batch, n, d), N, torch.zeros_like(value),
-                       upper=value * (1 + 100 * N * torch.finfo(X.dtype).eps), delta=0.0)
+                       upper=value * (1 + 100 * N * torch.finfo(X.dtype).eps), fail_prob=0.0)
 
 
 def paper_value(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
@@ -214,19 +214,19 @@ def reduced_heads(X: Tensor, w):
 
 
 def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
-                   steps: int = 24, delta: float = 1e-6) -> PowerResult:
+                   steps: int = 24, fail_prob: float = 1e-6) -> PowerResult:
     """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a seeded Gaussian drawn
     before looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski
-    certified upper estimate (probability >= 1 - delta over the start; docs/math.md §4). Values (...,)."""
+    certified upper estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,)."""
     tol = truth_tol(X.dtype) if tol is None else tol
     batch, event = X.shape[:-2], X.shape[-2:]
     g = torch.Generator(device=X.device).manual_seed(seed)
     x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
     x0 = x0 / x0.norm(dim=-1, keepdim=True)
     op = CallableGram(matvec, rmatvec, batch, event, x0)
-    r = lanczos(op, x0, iters=iters, tol=tol, krylov=max(30, steps + 2), min_steps=steps, delta=delta)
+    r = lanczos(op, x0, iters=iters, tol=tol, krylov=max(30, steps + 2), min_steps=steps, fail_prob=fail_prob)
     return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape), r.products,
-                       r.rel.reshape(batch), r.upper.reshape(batch), delta, steps=r.steps.reshape(batch))
+                       r.rel.reshape(batch), r.upper.reshape(batch), fail_prob, steps=r.steps.reshape(batch))
 
 
 def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional[float] = None, iters: int = 2000,
@@ -235,7 +235,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     ||J_{f_l}(X)|| of every head's map f_l(X) = P_l (X wv_l + bv_l) wo_l (values (..., h), on reduced_heads).
 
     tol=None: harness.tolerances.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
-    layers, else Lanczos from the seeded Gaussian); certify=dict(steps=..., delta=...): certified_norm, whose
+    layers, else Lanczos from the seeded Gaussian); certify=dict(steps=..., fail_prob=...): certified_norm, whose
     `upper` is the KW estimate. Non-convergence is not raised: read `.converged`."""
     if heads:
         X, w = reduced_heads(X, w)

@@ -29,8 +29,8 @@ class PowerResult:
     vector: Tensor  # (*batch, *event) top right singular vector (unit norm)
     iters: int  # operator (A^T A) applications of the batch
     rel_change: Tensor  # (*batch,) last relative residual (Lanczos) or change (power)
-    upper: Optional[Tensor] = None  # (*batch,) certified upper estimate (probability >= 1 - delta), see krylov
-    delta: Optional[float] = None  # failure probability of `upper` (over the random start)
+    upper: Optional[Tensor] = None  # (*batch,) certified upper estimate (probability >= 1 - fail_prob), see krylov
+    fail_prob: Optional[float] = None  # failure probability of `upper` (over the random start)
     restarted: Optional[Tensor] = None  # (*batch,) bool: a suspicious caller start was checked from a random one
     steps: Optional[Tensor] = None  # (*batch,) products spent on each operator (Lanczos: deflation stops early)
 
@@ -92,7 +92,7 @@ SUSPICIOUS_STEPS = 2  # a caller's start that converges within this many product
 def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Tensor], Tensor], v0: Tensor,
                        event_dims: int, iters: int = 2000, tol: Optional[float] = None,
                        on_nonconvergence: str = "warn", method: str = "lanczos", krylov: int = 40,
-                       random_start: bool = False, delta: Optional[float] = None, seed: int = 0,
+                       random_start: bool = False, fail_prob: Optional[float] = None, seed: int = 0,
                        ) -> PowerResult:
     """sigma_max of a batched matrix-free operator A from matvec/rmatvec only (A^T A is never formed).
 
@@ -109,8 +109,8 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
     vector) converges to a smaller singular value. Unless random_start=True, an operator whose start converges
     within SUSPICIOUS_STEPS products is rerun from a Gaussian start (seed) and the larger value kept
     (`restarted` marks it). A deficient start that converges more slowly is not detected: pass a random start.
-    delta (Lanczos, random_start=True only): also return `upper`, an upper estimate holding with probability
-    >= 1 - delta over the start vector (Kuczynski-Wozniakowski, docs/math.md §4).
+    fail_prob (Lanczos, random_start=True only): also return `upper`, an upper estimate holding with probability
+    >= 1 - fail_prob over the start vector (Kuczynski-Wozniakowski, docs/math.md §4).
     """
     check_args(iters, tol, on_nonconvergence)
     if tol is None:
@@ -119,7 +119,7 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
         return _power(matvec, rmatvec, v0, event_dims, iters, tol, on_nonconvergence)
     if method != "lanczos":
         raise ValueError(f"method must be 'lanczos' or 'power', got {method!r}")
-    res = _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, max(2, krylov), delta if random_start else None)
+    res = _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, max(2, krylov), fail_prob if random_start else None)
     if not random_start:
         sus = res.converged & (res.steps <= SUSPICIOUS_STEPS)
         if bool(sus.any()):
@@ -136,7 +136,7 @@ def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Te
     return res
 
 
-def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, krylov, delta) -> PowerResult:
+def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, krylov, fail_prob) -> PowerResult:
     """Thick-restart Lanczos on the scaled A^T A (see top_singular_value); results reshaped to the batch."""
     batch_shape = v0.shape[: v0.dim() - event_dims]
     event_shape = v0.shape[v0.dim() - event_dims:]
@@ -144,10 +144,10 @@ def _lanczos(matvec, rmatvec, v0, event_dims, iters, tol, krylov, delta) -> Powe
     x0 = v0.reshape(Bn, -1)
     x0 = x0 / safe_norm(x0).clamp_min(torch.finfo(v0.dtype).tiny)[:, None]
     op = CallableGram(matvec, rmatvec, batch_shape, event_shape, x0)
-    r = lanczos(op, x0, iters=iters, tol=tol, krylov=krylov, delta=delta)
+    r = lanczos(op, x0, iters=iters, tol=tol, krylov=krylov, fail_prob=fail_prob)
     out = PowerResult(r.value.reshape(batch_shape), r.converged.reshape(batch_shape),
                       r.vector.reshape(*batch_shape, *event_shape), r.products, r.rel.reshape(batch_shape),
-                      None if r.upper is None else r.upper.reshape(batch_shape), delta,
+                      None if r.upper is None else r.upper.reshape(batch_shape), fail_prob,
                       steps=r.steps.reshape(batch_shape))
     return out
 
@@ -194,7 +194,7 @@ def operator_norm(matvec, rmatvec, shape, event_dims: int, dtype=torch.float64, 
                   v0: Optional[Tensor] = None, **kw) -> PowerResult:
     """top_singular_value from a seeded Gaussian start of the given (*batch, *event) shape (or a warm start v0).
 
-    With the seeded Gaussian start, delta=... gives certified upper estimates (PowerResult.upper)."""
+    With the seeded Gaussian start, fail_prob=... gives certified upper estimates (PowerResult.upper)."""
     random_start = v0 is None
     if v0 is None:
         v0 = _random_start(shape, dtype, device, seed)
@@ -204,14 +204,14 @@ def operator_norm(matvec, rmatvec, shape, event_dims: int, dtype=torch.float64, 
 def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float] = None, iters: int = 2000,
                   batch_dims: Optional[int] = None, seed: int = 0, v0: Optional[Tensor] = None,
                   return_info: bool = False, on_nonconvergence: str = "warn", method: str = "lanczos",
-                  delta: Optional[float] = None):
+                  fail_prob: Optional[float] = None):
     """Local Lipschitz constant ||J_f(X)|| (Frobenius in, Frobenius out) by Lanczos (or power) iteration on J^T J.
 
     X: (n, d) or (B, n, d) (generally (*batch, *event) with `batch_dims` leading batch axes, default X.dim()-2).
     f must treat batch elements independently (every attention layer does). Uses torch.func.jvp for J u
     (element [1]: element [0] is f(X), the pitfall of the Castin et al. code, docs/math.md §3) and a single
     torch.func.vjp linearization for J^T w. Returns (*batch,) values, or (values, PowerResult) if return_info.
-    delta (seeded start, v0=None): PowerResult.upper holds with probability >= 1 - delta (krylov.kw_epsilon).
+    fail_prob (seeded start, v0=None): PowerResult.upper holds with probability >= 1 - fail_prob (krylov.kw_epsilon).
     """
     if not isinstance(X, torch.Tensor) or not X.is_floating_point():
         raise ValueError("X must be a floating torch.Tensor")
@@ -232,7 +232,7 @@ def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float]
         return vjp_fn(w)[0]
 
     res = operator_norm(matvec, rmatvec, X.shape, event_dims, X.dtype, X.device, seed, v0,
-                        iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, method=method, delta=delta)
+                        iters=iters, tol=tol, on_nonconvergence=on_nonconvergence, method=method, fail_prob=fail_prob)
     return (res.value, res) if return_info else res.value
 
 

@@ -15,7 +15,7 @@ m_norms, xi, naive_delta1) and Theorem 1's polynomial in eps is then evaluated f
 harness.bounds.lofast.delta (tested). A plug-in is called at the layer input Z with the propagated eps (plus eps
 itself when it bounds the map without the identity: triangle inequality) and trusted as deterministic. Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
 certified=True by default) use the certified upper estimates of zeta and ||M_l|| instead of the Lanczos values
-(which approach the norms from below): each estimate holds with probability >= 1 - lofast.DELTA over the seeded
+(which approach the norms from below): each estimate holds with probability >= 1 - lofast.FAIL_PROB over the seeded
 Gaussian start (Kuczynski-Wozniakowski, docs/math.md §4), so a certificate holds with probability >= 1 - `guarantee`.
 """
 from __future__ import annotations
@@ -63,9 +63,9 @@ class LayerTerms:
     vo: Tensor  # (h,) ||VO_l||
     dh: int
     converged: Tensor  # (B,) power iterations converged
-    zeta_up: Optional[Tensor] = None  # (B,) certified upper estimate of zeta (probability >= 1 - delta)
+    zeta_up: Optional[Tensor] = None  # (B,) certified upper estimate of zeta (probability >= 1 - fail_prob)
     m_up: Optional[Tensor] = None  # (B, h) certified upper estimate of ||M_l||
-    delta: float = 0.0  # failure probability of each certified estimate (over the seeded Lanczos start)
+    fail_prob: float = 0.0  # failure probability of each certified estimate (over the seeded Lanczos start)
     rows: Optional[lofast_refined.RowTerms] = None  # per-row softmax terms of the "refined" bound
     Z: Optional[Tensor] = None  # the layer inputs (B, n, d) and weights, for plug-in ball-change bounds
     w: Optional[AttentionWeights] = None
@@ -79,7 +79,7 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
 
     zeta and ||M_l|| come with certified upper estimates (Lanczos from a seeded Gaussian start run long enough
     for the Kuczynski-Wozniakowski bound with eps = CERTIFY_EPS, capped by the deterministic eq. 9 / eq. 21
-    bounds): each holds with probability >= 1 - delta (lofast.DELTA) over the start vector.
+    bounds): each holds with probability >= 1 - fail_prob (lofast.FAIL_PROB) over the start vector.
     """
     w = w.to(dtype=Z.dtype, device=Z.device)
     w.require_no_bias("LoFAST certification")
@@ -96,7 +96,7 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
     return LayerTerms(
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
         b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
-        vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, delta=zi.zeta.delta,
+        vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, fail_prob=zi.zeta.fail_prob,
         rows=lofast_refined.row_terms(Z, w) if fine else None, Z=Z, w=w)
 
 
@@ -123,10 +123,10 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
 
 def _layer_failure(t: LayerTerms, estimates: str) -> float:
     """Failure probability of one layer's certified estimates in `estimates` ("" none, "zeta", or "zeta+m": zeta
-    and each head's ||M_l||), each holding with probability >= 1 - t.delta: the union bound."""
+    and each head's ||M_l||), each holding with probability >= 1 - t.fail_prob: the union bound."""
     if not estimates:
         return 0.0
-    return t.delta * (1 + (t.m_up.shape[-1] if estimates == "zeta+m" else 0))
+    return t.fail_prob * (1 + (t.m_up.shape[-1] if estimates == "zeta+m" else 0))
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .. import config as _config
 from .. import grid as _grid
-from .. import registry as _registry
-from ..registry import Experiment
+from .. import catalog as _catalog
+from ..catalog import Experiment
 from ..store import keys as _keys
 from ..store.cells import CellCache, CorruptCell, column_conflicts, null_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
@@ -144,17 +144,17 @@ def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
     """Experiment names from exact names and/or globs (positional and --only); all when none given."""
     pats = [p for item in list(names) + list(only) for p in str(item).split(",") if p.strip()]
     if not pats:
-        return _registry.list_experiments()
+        return _catalog.list_experiments()
     out: List[str] = []
     for p in pats:
         p = p.strip()
         if any(ch in p for ch in "*?["):
-            hits = _registry.list_experiments(p)
+            hits = _catalog.list_experiments(p)
             if not hits:
                 raise KeyError(f"pattern {p!r} matches no experiment. Known: "
                                f"{', '.join(_registry.list_experiments()) or '(none)'}")
         else:
-            hits = [_registry.get_experiment(p).name]  # KeyError with close matches
+            hits = [_catalog.get_experiment(p).name]  # KeyError with close matches
         out += [h for h in hits if h not in out]
     return out
 
@@ -200,8 +200,8 @@ def typed_overrides(exp: Experiment, cfg: RunConfig) -> Dict[str, List[Any]]:
         if k in known:
             decl = _declared(exp, k)
             out[k] = [check_value(exp.name, k, v, decl) for v in vs]
-            rule = {**_registry.PARAM_RANGES, **exp.ranges}.get(k)
-            bad = [v for v in out[k] if rule and _registry.out_of_range(rule, v)]
+            rule = {**_catalog.PARAM_RANGES, **exp.ranges}.get(k)
+            bad = [v for v in out[k] if rule and _catalog.out_of_range(rule, v)]
             if bad:
                 raise ValueError(f"--set {k}={_fmt(bad[0])}: grid parameter {k!r} of {exp.name} takes values "
                                  f"{rule}{' (each element)' if isinstance(bad[0], list) else ''} and finite")
@@ -265,7 +265,7 @@ def check_bounds(names: Sequence[str], cfg: RunConfig) -> None:
                              f"importable from here (PYTHONPATH)") from None
         if not callable(fn):
             raise ValueError(f"--bound {b}: {type(fn).__name__} is not callable")
-    users = [n for n in names if accepts_bounds(_registry.get_experiment(n))]
+    users = [n for n in names if accepts_bounds(_catalog.get_experiment(n))]
     if not users:
         raise ValueError("--bound: none of the selected experiments evaluates plug-in bounds; "
                          "use it with bound_leaderboard (or `attnlip analyze --bound`)")
@@ -276,7 +276,7 @@ def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
     context (dtype, device) must be one every selected experiment runs in (UnsupportedContext otherwise)."""
     known = set()
     for n in names:
-        exp = _registry.get_experiment(n)
+        exp = _catalog.get_experiment(n)
         known.update(_grid.keys(exp.grid_for(cfg.scale)))
         typed_overrides(exp, cfg)
         exp.check_context(cfg.dtype, cfg.device)
@@ -320,7 +320,7 @@ def _always_set(folder: Path) -> List[str]:
 
 def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     """Cells of one experiment with their keys and cache state (verify: load each file to detect corruption)."""
-    exp = _registry.get_experiment(name)
+    exp = _catalog.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
     tasks, events, memo = [], [], {}
@@ -363,4 +363,4 @@ def paper_selection(names: Sequence[str], cfg: RunConfig, explicit: bool) -> Lis
     have no paper sizes to run); named ones are kept, and one without a paper scale is refused by grid_for."""
     if cfg.scale != "paper" or explicit:
         return list(names)
-    return [n for n in names if _registry.get_experiment(n).paper]
+    return [n for n in names if _catalog.get_experiment(n).paper]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..registry import Experiment
+from ..catalog import Experiment
 
 Missing = Dict[str, str]  # {"item": what is absent, "message": why and how to get it, "fix": the command}
 DEFAULT_FIX = ("make data  (fetches the datasets the default run needs, no root), or point ATTNLIP_DATA / "

@@ -33,11 +33,11 @@ def clean_commit() -> str:
 
 def stamp(folder: Path, r: Any, commit: str) -> Dict[str, Any]:
     """Write the `verified` entry of folder/manifest.json for the verdict `r` (harness.run.verify.ExpVerify)."""
-    from .. import registry as _registry
+    from .. import catalog as _catalog
 
     path = folder / "manifest.json"
     man = json.loads(path.read_text()) if path.is_file() else {}
-    exp = _registry.get_experiment(r.name)
+    exp = _catalog.get_experiment(r.name)
     tables = {f.name: sha256(f.read_bytes()) for f in sorted(folder.glob("table.*")) if f.is_file()}
     man["verified"] = {
         "commit": commit, "code_hash": r.code, "at": _manifest.now_utc(), "scale": r.scale,

@@ -1,6 +1,6 @@
 """The papers' data and models where they can be had, a declared stand-in where not.
 
-An experiment lists `substitutes` (harness.registry.Substitute): the paper's value of a grid key (dataset
+An experiment lists `substitutes` (harness.catalog.Substitute): the paper's value of a grid key (dataset
 "cifar10", model "bert-base-uncased") and what replaces it when it cannot be obtained (dataset "fashion_mnist"
 with the patch sizes that fit 28x28 images; for a model, random init under the same name). The planner runs each
 grid cell through `apply`:
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..registry import Experiment, Substitute
+from ..catalog import Experiment, Substitute
 
 DATA_KEYS = ("dataset", "corpus")
 PROBE_TIMEOUT_S = 10.0

@@ -16,10 +16,10 @@ from typing import Any, Dict, List, Optional
 
 from .. import config as _config
 from .. import process as _process
-from .. import registry as _registry
+from .. import catalog as _catalog
 from ..errors import MissingData, UnsupportedContext
 from ..context import Context, seed_everything
-from ..registry import Experiment
+from ..catalog import Experiment
 from ..store import claims as _claims
 from ..store.atomic import atomic_write_text, canonical_json, os_error_line
 from ..store.cells import CellCache, CellRecord
@@ -47,21 +47,21 @@ def _resolve(spec: CellSpec) -> Experiment:
     import importlib
 
     name = spec["experiment"]
-    if name not in _registry._REGISTRY:
+    if name not in _catalog._REGISTRY:
         mod, mfile = spec.get("module") or "", spec.get("module_file")
         with contextlib.suppress(Exception):
             if mod.startswith("_attnlip_ext_") and mfile:
-                _registry.load_module_file(mfile)
+                _catalog.load_module_file(mfile)
             else:
                 try:
                     importlib.import_module(mod)
                 except ImportError:
                     if not mfile:
                         raise
-                    _registry.load_module_file(mfile)
-    if name not in _registry._REGISTRY:
-        _registry.load_all()
-    return _registry.get_experiment(name)
+                    _catalog.load_module_file(mfile)
+    if name not in _catalog._REGISTRY:
+        _catalog.load_all()
+    return _catalog.get_experiment(name)
 
 
 class RSSSampler:

@@ -1,8 +1,9 @@
 """What a cell's numbers depend on, as a hash of source code.
 
 An experiment's code hash = (1) the *compute part* of its module: the AST (comments, docstrings and formatting
-ignored) of the experiment class without its presentation methods (`figures`, `summary`) and declarative
-attributes (`grid`, `quick`, `test`, ... : cell parameters are in the key themselves), plus every module-level
+ignored) of the experiment class without its presentation methods and declarative attributes (as the class
+declares them: harness.catalog.Experiment.PRESENTATION / DECLARATIONS; cell parameters are in the key
+themselves), plus every module-level
 definition the compute part reaches by name, transitively; and (2) the files of every module under harness/ and
 experiments/ that the compute part imports, transitively (static `ast` closure), plus harness.boundary.ALWAYS.
 Modules that harness.boundary declares infrastructure (runner, worker, store, CLI, thread policy, plotting, ...)
@@ -27,10 +28,7 @@ from .atomic import canonical_json, sha256
 
 HARNESS_ROOT = Path(__file__).resolve().parents[1]
 REPO_ROOT = HARNESS_ROOT.parent
-PRESENTATION_METHODS = {"figures", "summary"}
-DECLARATIVE_ATTRS = {"name", "grid", "quick", "test", "paired", "figures_ref", "description", "dtypes",
-                     "devices", "dtype_note", "float32_exempt", "verify_tol", "paper", "substitutes",
-                     "paper_cost"}
+PRESENTATION_METHODS = frozenset({"figures", "summary"})  # the default of classes that declare none
 
 
 def _roots() -> Dict[str, Path]:
@@ -129,7 +127,7 @@ def compute_files() -> List[Path]:
     """Every compute module's file (harness/ and experiments/ minus the declared infrastructure): what a code hash
     covers when a dynamic import makes the static closure unknowable."""
     roots = _roots()
-    files = sorted(HARNESS_ROOT.rglob("*.py")) + sorted((REPO_ROOT / "experiments").glob("_*.py"))
+    files = sorted(HARNESS_ROOT.rglob("*.py")) + sorted((REPO_ROOT / "experiments").rglob("*.py"))
     return [f.resolve() for f in files if not is_infrastructure(_module_name(f, roots) or "")]
 
 
@@ -197,8 +195,11 @@ def _defines(stmt: ast.stmt) -> Set[str]:
     return out
 
 
-def compute_part(source: str, class_name: str) -> Tuple[List[ast.AST], bool]:
-    """The AST nodes of a module that compute an experiment's cells, and whether they read `ctx.scale`."""
+def compute_part(source: str, class_name: str, declared: Iterable[str] = (),
+                 presentation: Iterable[str] = PRESENTATION_METHODS) -> Tuple[List[ast.AST], bool]:
+    """The AST nodes of a module that compute an experiment's cells, and whether they read `ctx.scale`; `declared`
+    and `presentation` name the class members that are not compute (Experiment.DECLARATIONS / PRESENTATION)."""
+    presentation = frozenset(presentation)
     tree = ast.parse(textwrap.dedent(source))
     top = tree.body
     cls = next((s for s in top if isinstance(s, ast.ClassDef) and s.name == class_name), None)
@@ -209,7 +210,7 @@ def compute_part(source: str, class_name: str) -> Tuple[List[ast.AST], bool]:
         for name in _defines(s):
             members[name] = s
     entry = [n for n in ("run", "compute", "model_source") if n in members]
-    todo = entry or [n for n in members if n not in PRESENTATION_METHODS | DECLARATIVE_ATTRS]
+    todo = entry or [n for n in members if n not in presentation | frozenset(declared)]
     keep_members: Dict[str, ast.stmt] = {}
     names: Set[str] = set()
     while todo:
@@ -219,7 +220,7 @@ def compute_part(source: str, class_name: str) -> Tuple[List[ast.AST], bool]:
         keep_members[n] = members[n]
         nm, at = _names(members[n])
         names |= nm
-        todo += [a for a in at | nm if a in members and a not in PRESENTATION_METHODS]
+        todo += [a for a in at | nm if a in members and a not in presentation]
     defs: Dict[str, ast.stmt] = {}
     for s in top:
         if s is cls:
@@ -227,7 +228,7 @@ def compute_part(source: str, class_name: str) -> Tuple[List[ast.AST], bool]:
         for name in _defines(s):
             defs.setdefault(name, s)
     keep_top: Dict[int, ast.stmt] = {}
-    todo = list(names) + [b.id for b in cls.bases if isinstance(b, ast.Name)]
+    todo = list(names) + [n for b in cls.bases for n in _names(b)[0]]  # base classes, `module.Base` included
     seen: Set[str] = set()
     while todo:
         n = todo.pop()
@@ -257,7 +258,8 @@ def experiment_code(exp) -> Dict[str, object]:
             source = inspect.getsource(cls)
         except (OSError, TypeError):
             source = f"class {cls.__name__}: pass"
-    nodes, reads_scale = compute_part(source, cls.__name__)
+    nodes, reads_scale = compute_part(source, cls.__name__, getattr(cls, "DECLARATIONS", ()),
+                                      getattr(cls, "PRESENTATION", PRESENTATION_METHODS))
     me = mod_name
     is_pkg = bool(mod is not None and getattr(mod, "__file__", "").endswith("__init__.py"))
     mods, dynamic = imported_modules(nodes, me, is_pkg)

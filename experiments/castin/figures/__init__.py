@@ -1,0 +1,1 @@
+"""Figures and summaries of experiments/castin/ (presentation: read result tables only)."""

@@ -1,0 +1,1 @@
+"""Figures and summaries of experiments/jasmin/ (presentation: read result tables only)."""

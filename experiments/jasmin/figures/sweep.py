@@ -1,0 +1,150 @@
+"""Presentation of the JaSMin training sweep (jasmin_sweep, jasmin_heatmaps, jasmin_jacobian_norm,
+jasmin_overhead): one colour / hatch per regularizer, the same in every figure; imported only inside
+figures()/summary()."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+
+from harness import plotting
+
+from experiments.figures.common import dataset_name, facets, ref
+
+CODES = ("Codes: 'JaSMin k=K lam=L agg' = penalty L x sum over layers and heads of agg_i log g_1(P_i) (k = 0) or "
+         "log(g_1 / g_k)(P_i) (k > 0), agg = mean or max over query rows i; 'Specformer(joint|q|k|v, L)' = "
+         "Specformer's spectral penalty L on W^Q, W^K, W^V together, or on one of them only.")
+
+
+def grid_values(table, col: str) -> str:
+    """The distinct integer values of a grid column, '/'-joined ('?' when absent): the scale's settings."""
+    vals = sorted({int(v) for v in table[col].dropna()}) if col in table else []
+    return "/".join(str(v) for v in vals) or "?"
+
+
+def sweep_note(table) -> str:
+    """The substitution (model, data, budget) and the method codes."""
+    col = lambda c, d="?": table[c].iloc[0] if c in table.columns else d  # noqa: E731
+    return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT (d = {col('vit_d')}, "
+            f"{col('vit_depth')} layers, {col('vit_heads')} heads, patch {col('patch')}) trained from scratch for "
+            f"{col('train_steps')} Adam steps on {dataset_name(table)} (no ViT-B checkpoint offline, CPU budget). "
+            + CODES)
+
+
+def method_order(methods) -> List[str]:
+    """Baseline, then Specformer, then JaSMin entries (each family in label order): the same everywhere."""
+    rank = lambda m: (0 if m == "Baseline" else 1 if m.startswith("Specformer") else 2, m)  # noqa: E731
+    return sorted(dict.fromkeys(str(m) for m in methods), key=rank)
+
+
+def method_styles(methods) -> Dict[str, dict]:
+    """method -> {color, marker, hatch}, distinct for every method, the same in every sweep figure (the
+    Baseline keeps its slot even where a table lacks it)."""
+    order = method_order(list(methods) + ["Baseline"])
+    return dict(zip(order, plotting.styles(len(order))))
+
+
+def _bars(ax, methods, values, errors=None):
+    """One bar per method in its colour / hatch, method names as x tick labels."""
+    st = method_styles(methods)
+    x = np.arange(len(methods))
+    for i, m in enumerate(methods):
+        ax.bar(x[i], values[i], 0.8, yerr=None if errors is None else errors[i], color=st[m]["color"],
+               hatch=st[m]["hatch"], edgecolor="white", label=m)
+    ax.set_xticks(x, methods, rotation=35, ha="right", fontsize=7)
+    ax.set_xlabel("training regularizer")
+
+
+ATTACKS = {"fgsm": "FGSM", "pgd": "PGD", "autoattack": "AutoAttack (APGD)"}
+
+
+def attack_label(col: str) -> str:
+    """'pgd 4/255' -> 'PGD l_inf 4/255', 'pgd l2=0.5' -> 'PGD l2 0.5': every group names its norm."""
+    attack, _, budget = str(col).partition(" ")
+    if not budget:
+        return col
+    name = ATTACKS.get(attack, attack)
+    if budget.startswith("l2="):
+        return f"{name} l2 {budget[3:]}"
+    return f"{name} l_inf {budget}" if budget.endswith("/255") else f"{name} {budget}"
+
+
+def accuracy_figure(table, acc, outdir) -> List:
+    """Tables 1-4 analogue: mean accuracy (+- std over training seeds) per attack and budget, per method."""
+    methods = method_order(table["method"])
+    st = method_styles(methods)
+    cols = [c for c in ["clean"] + [f"{k} {e}/255" for k in ("fgsm", "pgd") for e in (2, 4, 8, 16)]
+            + ["autoattack 2/255"] if c in set(acc["col"])]
+    cols += sorted(set(acc["col"]) - set(cols))
+    fig, ax = plotting.figure(1, 1, width=max(7.0, 1.1 * len(cols) + 2), height=3.8)
+    w = 0.84 / max(len(methods), 1)
+    for i, m in enumerate(methods):
+        sub = acc[acc["method"] == m].set_index("col")
+        vals = [sub["mean"].get(c, np.nan) for c in cols]
+        err = np.nan_to_num([sub["std"].get(c, np.nan) for c in cols])
+        ax.bar(np.arange(len(cols)) + (i - (len(methods) - 1) / 2) * w, vals, w, yerr=err, color=st[m]["color"],
+               hatch=st[m]["hatch"], edgecolor="white", linewidth=0.3, error_kw=dict(lw=0.6), label=m)
+    ax.set_xticks(np.arange(len(cols)), [attack_label(c) for c in cols], rotation=20, ha="right")
+    ax.set_xlabel("attack, its norm and budget eps (pixels in [0, 1]: l_inf eps in 1/255, l2 eps over the whole "
+                  "image)")
+    ax.set_ylabel("test accuracy (%)")
+    seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
+    return plotting.finish(fig, outdir, "jasmin_sweep_accuracy", ref(table), "Accuracy under attack per training "
+                           f"regularizer (bars: mean, whiskers: std over up to {seeds} training seeds)",
+                           note=sweep_note(table), ncol=4)
+
+
+def heatmaps_figure(table, outdir) -> List:
+    """Fig. 5 analogue: mean g_1(P_i) per layer and head, one panel per method (training seed 0)."""
+    h = table[table["train_seed"] == 0] if "train_seed" in table.columns else table
+    order = {m: i for i, m in enumerate(method_order(h["method"]))}
+    h = h.assign(_rank=h["method"].map(order)).sort_values("_rank", kind="stable")
+    vmax = float(h["g1_mean"].max())
+    ims = []
+
+    def draw(ax, k, sub):
+        M = np.full((int(sub["layer"].max()) + 1, int(sub["head"].max()) + 1), np.nan)
+        M[sub["layer"].astype(int), sub["head"].astype(int)] = sub["g1_mean"]
+        ims.append(ax.imshow(M, vmin=0, vmax=vmax, cmap="viridis"))
+        ax.set_xticks(range(M.shape[1]))
+        ax.set_yticks(range(M.shape[0]))
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(k[0], loc="left", fontsize=8)
+        ax.grid(False)
+
+    def colorbar(fig, axes):
+        fig.colorbar(ims[-1], ax=axes, shrink=0.8, label="mean over rows and images of g_1(P_i)")
+
+    return facets(h, ["method"], outdir, "jasmin_sweep_g1_heatmaps", draw, "Regularized quantity g_1 per layer and "
+                  "head, per training regularizer", note=sweep_note(table), after=colorbar, panel=(2.6, 2.4))
+
+
+def jacobian_norm_figure(table, outdir) -> List:
+    """Fig. 4 analogue: distribution of the whole model's Jacobian norm per method."""
+    methods = method_order(table["method"])
+    st = method_styles(methods)
+    fig, ax = plotting.figure(1, 1, width=max(6.0, 0.55 * len(methods) + 2), height=4.0)
+    bp = ax.boxplot([table[table["method"] == m]["jacobian_norm"].to_numpy() for m in methods], showfliers=True,
+                    patch_artist=True, positions=range(len(methods)), medianprops=dict(color="black"))
+    for patch, m in zip(bp["boxes"], methods):
+        patch.set(facecolor=st[m]["color"], hatch=st[m]["hatch"], alpha=0.7)
+    ax.set_xticks(range(len(methods)), methods, rotation=35, ha="right", fontsize=7)
+    ax.set_xlabel("training regularizer")
+    ax.set_yscale("log")
+    ax.set_ylabel("||J|| of blocks + head, per image (log)")
+    return plotting.finish(fig, outdir, "jasmin_sweep_jacobian_norm", ref(table), "Whole-model Jacobian spectral "
+                           "norm per training regularizer (box: quartiles over evaluation images)",
+                           note=sweep_note(table), legend=False)
+
+
+def overhead_figure(table, outdir) -> List:
+    """Regularizer cost: median extra time per training step, per method."""
+    o = table[table["source"] == "interleaved"].groupby("method")["overhead"].median()
+    o = o.reindex(method_order(o.index))
+    fig, ax = plotting.figure(1, 1, width=max(6.0, 0.55 * len(o) + 2), height=4.0)
+    _bars(ax, list(o.index), 100 * o.to_numpy())
+    ax.set_ylabel("extra time per training step (%)")
+    return plotting.finish(fig, outdir, "jasmin_overhead", "Measures the regularizer cost of JaSMin (Yudin et al.) "
+                           "§5 (no figure in the paper)", "Regularizer overhead (batch 128, median of interleaved "
+                           "timings)", note=sweep_note(table), legend=False)

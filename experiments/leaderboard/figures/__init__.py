@@ -1,0 +1,1 @@
+"""Figures and summaries of experiments/leaderboard/ (presentation: read result tables only)."""

@@ -1,0 +1,1 @@
+"""Figures and summaries of experiments/lofast/ (presentation: read result tables only)."""
