@@ -86,7 +86,7 @@ def test_castin_bound_total_above_layer_constant():
 
 
 def test_loglog_fit_recovers_power_law_and_ci():
-    from experiments.castin.figures.sqrt_n import fmt_fit, loglog_fit
+    from experiments.figures.fits import fmt_fit, loglog_fit
 
     n = np.repeat(np.arange(2, 101, 2), 3).astype(float)
     rng = np.random.default_rng(0)

@@ -42,7 +42,7 @@ def test_llama_cell_at_test_scale(dtype, tmp_path):
     assert "**Llama (RoPE, GQA) beside GPT-2**" in text and "n/a (RoPE)" in text
     line = next(ln for ln in text.splitlines() if ln.startswith(f"| {cell['layer']} | synthetic |"))
     slope = float(line.split("|")[4].split("[")[0])  # column "slope Llama": slope [lo, hi]
-    from experiments.castin.figures.sqrt_n import loglog_fit
+    from experiments.figures.fits import loglog_fit
 
     assert slope == pytest.approx(loglog_fit(t["n"], t["lipschitz"])["slope"], abs=0.006)
 

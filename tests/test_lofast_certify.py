@@ -172,7 +172,7 @@ def test_certify_rows_and_summary_report_the_guarantee(trained):
     """Every certification row carries its bound's failure probability; the summary states it per bound."""
     import pandas as pd
 
-    from experiments.lofast.figures import plots
+    from experiments.lofast.figures import certified as plots
     from harness.models.lofast_eval import certify_rows
 
     m, X, y = trained
@@ -190,7 +190,7 @@ def test_patch_size_axis_is_labelled_and_summarized():
     """LoFAST Fig. 2's patch-size axis: configs at several patch sizes get -p<patch> labels and a summary line."""
     import pandas as pd
 
-    from experiments.lofast.figures import plots
+    from experiments.lofast.figures import certified as plots
 
     rows = [dict(kind="curve", layers=2, heads=8, vo_norm=0.5, patch=p, bound=b, eps=e, certified_acc=acc,
                  clean_acc=0.8) for p, acc in ((4, 0.3), (7, 0.5)) for b in ("fine", "sharp") for e in (0.0, 0.1)]

@@ -64,11 +64,11 @@ class CastinGamma(Experiment):
         return rows
 
     def figures(self, table, outdir):
-        from experiments.castin.figures.sqrt_n import gamma_figure
+        from experiments.castin.figures.gamma import gamma_figure
 
         return gamma_figure(table, outdir)
 
     def summary(self, table) -> str:
-        from experiments.castin.figures.sqrt_n import gamma_summary
+        from experiments.castin.figures.gamma import gamma_summary
 
         return gamma_summary(table)

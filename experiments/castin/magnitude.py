@@ -56,11 +56,11 @@ class CastinMagnitude(Experiment):
         return rows
 
     def figures(self, table, outdir):
-        from experiments.castin.figures.sqrt_n import magnitude_figure
+        from experiments.castin.figures.gamma import magnitude_figure
 
         return magnitude_figure(table, outdir)
 
     def summary(self, table) -> str:
-        from experiments.castin.figures.sqrt_n import magnitude_summary
+        from experiments.castin.figures.gamma import magnitude_summary
 
         return magnitude_summary(table)

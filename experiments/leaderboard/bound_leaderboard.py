@@ -102,11 +102,11 @@ class BoundLeaderboard(common.LayersExperiment):
 
     # ------------------------------------------------------------------------------------------- outputs
     def figures(self, table, outdir):
-        from experiments.jasmin.figures import maps as map_figures
+        from experiments.leaderboard.figures import board
 
-        return map_figures.leaderboard_figures(table, outdir)
+        return board.leaderboard_figures(table, outdir)
 
     def summary(self, table) -> str:
-        from experiments.jasmin.figures import maps as map_figures
+        from experiments.leaderboard.figures import board
 
-        return map_figures.leaderboard_summary(table)
+        return board.leaderboard_summary(table)

@@ -54,18 +54,18 @@ class LofastCertified(Experiment):
         return lofast_eval.certified_cell("vit", cell, ctx, store=cached_artifact)
 
     def figures(self, table, outdir: Path):
-        from experiments.lofast.figures import plots
+        from experiments.lofast.figures import certified as certified_figures
         from experiments.figures.common import lipvit_name
 
-        return plots.plot_certified(table, outdir, "lofast_certified", "l2 radius eps (pixels in [0, 1])",
+        return certified_figures.plot_certified(table, outdir, "lofast_certified", "l2 radius eps (pixels in [0, 1])",
                                 "CIFAR-10 ViT", lipvit_name(table))
 
     def summary(self, table) -> str:
-        from experiments.lofast.figures import plots
+        from experiments.lofast.figures import certified as certified_figures
 
         return "\n".join([
-            plots.certified_summary(table, EPS_REF), "", plots.certified_verdict(table, EPS_REF), "",
-            plots.patch_verdict(table, EPS_REF), "",
+            certified_figures.certified_summary(table, EPS_REF), "", certified_figures.certified_verdict(table, EPS_REF), "",
+            certified_figures.patch_verdict(table, EPS_REF), "",
             "Paper (CIFAR-10 ViT, SLL layers): non-zero certified accuracy up to eps ~ 36/255 = 0.14, with a clean vs "
             "certified trade-off over layers, heads and the ||W^V||, ||W^O|| fraction. Here: Fashion-MNIST (28x28, 7x7 "
             "patches, d = 64; L2-h8-c0.5 also at 4x4 and 14x14 patches for Fig. 2's patch-size axis), a few "

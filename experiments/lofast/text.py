@@ -51,16 +51,16 @@ class LofastText(Experiment):
         return lofast_eval.certified_cell("text", cell, ctx, store=cached_artifact)
 
     def figures(self, table, outdir: Path):
-        from experiments.lofast.figures import plots
+        from experiments.lofast.figures import certified as certified_figures
 
-        return plots.plot_certified(table, outdir, "lofast_text", "l2 radius eps on the word embeddings (B, 32, 64)",
+        return certified_figures.plot_certified(table, outdir, "lofast_text", "l2 radius eps on the word embeddings (B, 32, 64)",
                                 "small BERT-like models on SST", "SST-2, LipText d=64, n=32")
 
     def summary(self, table) -> str:
-        from experiments.lofast.figures import plots
+        from experiments.lofast.figures import certified as certified_figures
 
         return "\n".join([
-            plots.certified_summary(table, EPS_REF), "",
+            certified_figures.certified_summary(table, EPS_REF), "",
             "Paper: layers {3, 6} x heads {4, 8} x norms {0.25, 0.5, 0.75}; regularity barely costs clean accuracy and "
             "certified radii are comparable to prior l2 work on embeddings. Here the grid is shrunk to the CPU budget "
             "(see `grid`), models train for 1-2 epochs on a subset of SST-2 train and are certified on the first dev "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness import plotting
 
-from experiments.castin.figures.sqrt_n import _ticks
+from experiments.castin.figures.common import log_n_ticks
 from experiments.figures.fits import fmt_fit, loglog_fit
 
 SERIES = [("lipschitz_block", "||J|| of LN(X + attn X) (true)", "lipschitz", "-"),
@@ -34,7 +34,7 @@ def block_figure(table, outdir):
                              f"slope: true {ft['slope']:.2f}, estimator {fp['slope']:.2f}")
         ax.set_xlabel("sequence length n")
         ax.set_ylabel("local Lipschitz constant")
-        _ticks(ax)
+        log_n_ticks(ax)
     from experiments.figures.common import setting_note
 
     note = ("Map: Hugging Face BertAttention, LN(X + attn(X)) with W^O, biases, residual and LayerNorm (as the "
