@@ -17,7 +17,8 @@ from tests._harness_fakes import registered_fakes
 
 PAPER_EXPS = {"lofast_certified", "lofast_text", "castin_sqrt_n", "castin_sqrt_n_block", "castin_sqrt_n_adversarial",
               "castin_gamma", "jasmin_sweep", "jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin_overhead",
-              "jasmin_attention_maps", "bound_leaderboard"}
+              "jasmin_attention_maps", "bound_leaderboard", "lofast_ablation", "lofast_input_norm", "lofast_tightness",
+              "lofast_tightness_regime", "jasmin_g1_ratio", "jasmin_jsm_rows", "castin_magnitude"}
 
 
 def _fake_cifar10(root, n=48):
@@ -39,8 +40,8 @@ def test_dry_run_plans_the_paper_scale_with_an_estimate(offline, capsys):
     assert heads == PAPER_EXPS  # with no names: exactly the experiments that declare the paper scale
     assert "expected at paper scale" in out
     # the paper scale never substitutes: the missing items are named with how to get them
-    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): bound_leaderboard, [a-z_, ]*jasmin_sweep, "
-                     r"lofast_certified need it", out)
+    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): bound_leaderboard, [a-z0-9_, ]*jasmin_sweep, "
+                     r"[a-z0-9_, ]*lofast_certified, [a-z0-9_, ]*lofast_tightness_regime need it", out)
     assert "hf download bert-base-uncased" in out
 
 
@@ -51,14 +52,22 @@ def test_paper_grids_are_the_papers_sizes():
     castin = catalog.get_experiment("castin_sqrt_n").cells("paper")
     assert {c["model"] for c in castin} == {"bert-base-uncased", "gpt2"}
     assert {c["corpus"] for c in castin} == {"alice", "ag_news"} and all(len(c["n"]) == 50 for c in castin)
+    for name in ("lofast_ablation", "lofast_input_norm", "lofast_tightness", "lofast_tightness_regime"):
+        cells = catalog.get_experiment(name).cells("paper")  # the paper's CIFAR-10 ViT, trained on all of it
+        assert {(c["dataset"], c["train_size"], c.get("source", "vit")) for c in cells} == {("cifar10", 50000, "vit")}
+    for name in ("jasmin_g1_ratio", "jasmin_jsm_rows"):
+        cells = catalog.get_experiment(name).cells("paper")
+        assert {(c["model"], c["dataset"], c["vit_d"], len(c["layers"])) for c in cells} == {("vit", "cifar10", 768, 12)}
+    magnitude = catalog.get_experiment("castin_magnitude").cells("paper")
+    assert {(c["model"], c["pretrained"]) for c in magnitude} == {("gpt2", True)}
     sweep = catalog.get_experiment("jasmin_sweep").cells("paper")
     assert {(c["dataset"], c["patch"], c["vit_d"], c["vit_depth"]) for c in sweep} == {("cifar10", 4, 768, 12)}
 
 
 def test_an_experiment_without_paper_sizes_refuses_the_scale(capsys):
-    assert cli.main(["castin_magnitude", "--scale", "paper", "--dry-run"]) == 2
+    assert cli.main(["castin_radius_edge", "--scale", "paper", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "castin_magnitude" in err and "declares no paper scale" in err and "Traceback" not in err
+    assert "castin_radius_edge" in err and "declares no paper scale" in err and "Traceback" not in err
 
 
 def test_substitute_chosen_offline_with_one_line(offline, capsys):

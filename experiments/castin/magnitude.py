@@ -29,6 +29,10 @@ class CastinMagnitude(Experiment):
             "n": [[2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 100]], "count": [10]}
     quick = {"model": ["minilm"], "n": [[2, 4, 8, 16, 32, 64]], "count": [4]}
     test = {"model": ["tiny-bert"], "layer": [0], "corpus": ["synthetic"], "n": [[2, 4, 8]], "count": [2]}
+    # --scale paper (App. E.2): pretrained GPT-2, first and last layer, Alice windows
+    paper = {"model": ["gpt2"], "pretrained": [True], "layer": [0, -1], "corpus": ["alice"],
+             "n": [[2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 100]], "count": [10]}
+    paper_cost = 1  # x the full run's cell time: half its cells, on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per (n, sequence)."""

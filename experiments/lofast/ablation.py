@@ -28,6 +28,10 @@ class LofastAblation(Experiment):
             **grids.VIT_FULL}
     quick = {"param": PARAMS, "rel_sizes": [[0.0, 0.5, 2.0]], "samples": [3], **grids.VIT_QUICK}
     test = {"param": ["wv", "X"], "rel_sizes": [[0.0, 1.0]], "samples": [2], **grids.VIT_TEST}
+    # --scale paper (App. C.1): the first layer of a ViT trained on all of CIFAR-10, 10 samples per weight and size
+    paper = {"param": PARAMS, "eps": [0.1], "rel_sizes": [[0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0]], "samples": [10],
+             **grids.VIT_PAPER}
+    paper_cost = 20  # x the full run's cell time: the 62x longer training of the ViT dominates, on a GPU
 
     def run(self, cell, ctx) -> List[dict]:
         w, X, model = lofast_eval.study_layer("vit", 1, cell=cell, seed=ctx.seed, store=cached_artifact,

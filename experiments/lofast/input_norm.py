@@ -32,6 +32,10 @@ class LofastInputNorm(study.StudyExperiment):
              "pgd_steps": [15], "pgd_restarts": [2], **grids.VIT_QUICK}
     test = {"source": ["vit"], "input_scale": [1.0], "eps": [[0.1]], "samples": [1], "pgd_steps": [5],
             "pgd_restarts": [1], **grids.VIT_TEST}
+    # --scale paper (App. C.2): the first attention layer of the CIFAR-10 ViT (8 heads) trained on all of CIFAR-10
+    paper = {"source": ["vit"], "input_scale": [0.5, 1.0, 2.0, 4.0, 8.0], "eps": [[0.0, 0.025, 0.05, 0.075, 0.1]],
+             "samples": [3], "pgd_steps": [50], "pgd_restarts": [4], **grids.VIT_PAPER}
+    paper_cost = 20  # x the full run's cell time: the 62x longer training of the ViT dominates, on a GPU
     float32_exempt = ("pgd", "pgd_plain")  # PGD lower bounds: random starts drawn in the run's dtype
 
     def run(self, cell, ctx) -> List[dict]:
