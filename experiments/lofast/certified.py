@@ -65,7 +65,7 @@ class LofastCertified(Experiment):
 
         return "\n".join([
             certified_figures.certified_summary(table, EPS_REF), "", certified_figures.certified_verdict(table, EPS_REF), "",
-            certified_figures.patch_verdict(table, EPS_REF), "",
+            certified_figures.patch_verdict(table, EPS_REF), "", certified_figures.naive_note(table, EPS_REF), "",
             "Paper (CIFAR-10 ViT, SLL layers): non-zero certified accuracy up to eps ~ 36/255 = 0.14, with a clean vs "
             "certified trade-off over layers, heads and the ||W^V||, ||W^O|| fraction. Here: Fashion-MNIST (28x28, 7x7 "
             "patches, d = 64; L2-h8-c0.5 also at 4x4 and 14x14 patches for Fig. 2's patch-size axis), a few "
