@@ -45,40 +45,46 @@ def leaderboard_figures(table, outdir) -> List:
         note += (" Constant attention: heads whose truth is the same for every input and whose Castin value implies "
                  "||W_Q W_K^T|| R^2 / sqrt(d_h) < 1e-2 (softmax uniform, head linear, every bound exact: ratio 1); "
                  "x = median without them. ")
-    fig, axes = plotting.figure(2, len(models), width=3.0 * len(models) + 1.6, height=6.0, squeeze=False)
+    per_row = min(3, len(models))  # models side by side: at most three, so that the figure fits a page width
+    groups = [models[i:i + per_row] for i in range(0, len(models), per_row)]
+    fig, axes = plotting.figure(2 * len(groups), per_row, width=3.2 * per_row + 1.6, height=4.8 * len(groups) + 0.6,
+                                squeeze=False)
+    for ax in axes[len(groups) * 2 - 2:, len(groups[-1]):].flat:  # the last group's empty places
+        ax.set_visible(False)
     for i, scope in enumerate(("head", "layer")):
         rows = [k for k in methods if ((r["scope"] == scope) & (r["method"] == k)).any()]  # no empty rows
-        for j, m in enumerate(models):
-            ax = axes[i, j]
-            sel = r[(r["model"] == m) & (r["scope"] == scope)]
-            data = [np.log10(sel[sel["method"] == k]["ratio"].to_numpy()) for k in rows]
-            keep = [k for k, dd in enumerate(data) if len(dd)]
-            if keep:
-                bp = ax.boxplot([data[k] for k in keep], positions=[k + 1 for k in keep], orientation="horizontal",
-                                showfliers=False, patch_artist=True)
-                for patch, k in zip(bp["boxes"], keep):
-                    patch.set_facecolor(style[rows[k]]["color"])
-                    patch.set_alpha(0.6)
-            title = f"{model_name(m)}, per {scope}"
-            if scope == "head" and m in const:
-                c, n = const[m]
-                title += f"\n{c} of {n} heads: constant attention"
-                rest = sel[~sel["constant"]].groupby("method")["ratio"].median()
-                pos = [(np.log10(rest[k]), p + 1) for p, k in enumerate(rows) if k in rest.index]
-                ax.plot([x for x, _ in pos], [y for _, y in pos], "x", color="black", ms=5,
-                        label="median without the constant-attention heads")
-            ax.set_yticks(range(1, len(rows) + 1), [labels[k] for k in rows] if j == 0 else [""] * len(rows),
-                          fontsize=7)
-            ax.set_ylim(0.5, len(rows) + 0.5)
-            ax.axvline(0, color="black", lw=0.8)
-            ax.set_xlabel("log10(bound / true local Lipschitz)")
-            ax.set_title(title, loc="left")
-    plotting.share_x(fig, axes.flat)
+        for g, group in enumerate(groups):
+            for j, m in enumerate(group):
+                ax = axes[2 * g + i, j]
+                sel = r[(r["model"] == m) & (r["scope"] == scope)]
+                data = [np.log10(sel[sel["method"] == k]["ratio"].to_numpy()) for k in rows]
+                keep = [k for k, dd in enumerate(data) if len(dd)]
+                if keep:
+                    bp = ax.boxplot([data[k] for k in keep], positions=[k + 1 for k in keep], orientation="horizontal",
+                                    showfliers=False, patch_artist=True)
+                    for patch, k in zip(bp["boxes"], keep):
+                        patch.set_facecolor(style[rows[k]]["color"])
+                        patch.set_alpha(0.6)
+                title = f"{model_name(m)}\nper {scope}"
+                if scope == "head" and m in const:
+                    c, n = const[m]
+                    title += f"\n{c} of {n} heads: constant attention"
+                    rest = sel[~sel["constant"]].groupby("method")["ratio"].median()
+                    pos = [(np.log10(rest[k]), p + 1) for p, k in enumerate(rows) if k in rest.index]
+                    ax.plot([x for x, _ in pos], [y for _, y in pos], "x", color="black", ms=5,
+                            label="median without the constant-attention heads")
+                ax.set_yticks(range(1, len(rows) + 1), [labels[k] for k in rows] if j == 0 else [""] * len(rows),
+                              fontsize=7)
+                ax.set_ylim(0.5, len(rows) + 0.5)
+                ax.axvline(0, color="black", lw=0.8)
+                ax.set_xlabel("log10(bound / true local Lipschitz)")
+                ax.set_title(title, loc="left")
+    plotting.share_x(fig, [ax for ax in axes.flat if ax.get_visible()])
     fig.supylabel("upper bound (box: quartiles over inputs and heads / layers)", fontsize=8)
     paths = plotting.finish(fig, outdir, "bound_leaderboard", ref(table), "How far each upper bound sits above "
                             "the true local Lipschitz constant", note=note)
 
-    t = r[(r["scope"] == "head") & (r["model"] != "vit")]  # ratio vs n (text models, per head, median)
+    t = r[(r["scope"] == "head") & ~r["model"].astype(str).str.startswith("vit")]  # text models: n varies
     if len(t):
         tm = list(dict.fromkeys(t["model"]))
         fig, axes = plotting.grid(len(tm), ncols=min(3, len(tm)))
