@@ -22,6 +22,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Dict, Tuple
 
+FAMILIES = "castin jasmin lofast leaderboard".split()  # the packages under experiments/
+
 # Module names (fnmatch patterns over dotted names). "pkg.*" covers a package's submodules, "pkg" its __init__.
 INFRASTRUCTURE: Tuple[str, ...] = (
     "harness",                          # the package __init__ (its version string)
@@ -42,7 +44,7 @@ INFRASTRUCTURE: Tuple[str, ...] = (
     "harness.data.cli",
     "experiments.*.figures", "experiments.*.figures.*",  # presentation: figures read result tables only
     "experiments.figures", "experiments.figures.*",
-    "experiments.castin", "experiments.jasmin", "experiments.lofast", "experiments.leaderboard",  # family __init__s
+    *(f"experiments.{family}" for family in FAMILIES),  # the family packages' __init__ (docstrings)
 )
 
 # Hashed into every cell's key, whatever the experiment imports.
@@ -55,8 +57,7 @@ IMPORTABLE: Dict[str, str] = {
     "harness.errors": "exception classes",
     "harness.store.artifacts": "the trained-model cache; an artifact's own key hashes the code that builds it",
     "harness.plugins": "loading a plug-in bound by name; each plug-in is keyed by its own source",
-    **{f"experiments.{family}": "the family package's __init__ (its docstring only)"
-       for family in ("castin", "jasmin", "lofast", "leaderboard")},
+    **{f"experiments.{family}": "the family package's __init__ (its docstring only)" for family in FAMILIES},
 }
 
 
