@@ -53,7 +53,7 @@ class JasminJacobianNorm(Experiment):
         return sweep_figures.jacobian_norm_figure(table, outdir)
 
     def summary(self, table) -> str:
-        from experiments.jasmin.figures.sweep import grid_values
+        from experiments.jasmin.figures.sweep import grid_values, seed_note
 
         methods = list(dict.fromkeys(table["method"]))
         med = table.groupby("method")["jacobian_norm"].median()
@@ -63,7 +63,8 @@ class JasminJacobianNorm(Experiment):
                 + "; ".join(f"{m}: {med[m]:.3g}" for m in methods) + f". Lanczos converged on {conv} of {len(table)}."
                 "\n\nThe paper (ViT-B, CIFAR-100) finds JaSMin lowers this norm against the baseline; ours is a "
                 f"4-layer Fashion-MNIST ViT (patch 7, 17 tokens) trained from scratch for "
-                f"{grid_values(table, 'train_steps')} Adam steps (docs/notes/jasmin-exp.md).\n\n" + _verdict(med, seeds))
+                f"{grid_values(table, 'train_steps')} Adam steps (docs/notes/jasmin-exp.md).\n\n" + _verdict(med, seeds)
+                + "\n" + seed_note(table))
 
 
 def _verdict(med, seeds=None) -> str:
@@ -80,9 +81,9 @@ def _verdict(med, seeds=None) -> str:
     spec_low = bool(spec and jas and min(spec.values()) <= min(jas.values()))
     odd = ([f"{', '.join(m for m in jas if m not in lower)} raise{'s' if len(jas) - len(lower) == 1 else ''} it"]
            if len(lower) < len(jas) else []) + (["Specformer lowers it as much or more"] if spec_low else [])
-    why = (f" Unlike the paper: {'; '.join(odd)}. The cause is not established here ({_seeds(seeds)}, 4-layer "
-           "models trained from scratch on Fashion-MNIST, where the paper fine-tunes an ImageNet-pretrained ViT-B on "
-           "CIFAR-100).") if odd else ""
+    why = (f" Unlike the paper: {'; '.join(odd)} ({_seeds(seeds)}, 4-layer models trained from scratch on "
+           "Fashion-MNIST, where the paper fine-tunes an ImageNet-pretrained ViT-B on CIFAR-100); the seed table "
+           "below shows which of these differences exceed the spread between training seeds.") if odd else ""
     return (f"Verdict (Fig. 4: JaSMin lowers the whole-model Jacobian norm against the baseline, Specformer leaves it "
             f"about unchanged): **{word}**: baseline median {b:.3g}; lower with {len(lower)} of {len(jas)} JaSMin "
             f"settings ({fmt(jas)}); Specformer: {fmt(spec) or 'not run'}.{why}")
