@@ -152,7 +152,7 @@ def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
             hits = _catalog.list_experiments(p)
             if not hits:
                 raise KeyError(f"pattern {p!r} matches no experiment. Known: "
-                               f"{', '.join(_registry.list_experiments()) or '(none)'}")
+                               f"{', '.join(_catalog.list_experiments()) or '(none)'}")
         else:
             hits = [_catalog.get_experiment(p).name]  # KeyError with close matches
         out += [h for h in hits if h not in out]
