@@ -123,21 +123,14 @@ PRESENT, DOWNLOAD, MISSING = "present", "will download", "missing"
 def model_state(repo: str, what: str) -> Tuple[str, str]:
     """(PRESENT | DOWNLOAD | MISSING, where or why) for a hub model's weights or its tokenizer, without touching the
     network: the hub cache's snapshot, else a download when downloads are on, else missing."""
-    from ..models import hub
-
-    from ..data import paths
-    from ..models import text
+    from ..models import hub, text
+    from .preflight import gpt2_tokenizer_here
 
     have = hub.cached_snapshot(repo, hub.WEIGHT_FILES if what == "weights" else hub.TOKENIZER_FILES)
     if have:
         return PRESENT, have
-    if what == "tokenizer" and repo in text.GPT2_REPOS:  # either hub name, or the mirror's copy
-        other = [f for r in text.GPT2_REPOS if (f := hub.cached_snapshot(r, hub.TOKENIZER_FILES))]
-        mirror = paths.mirror_root()
-        if other:
-            return PRESENT, other[0]
-        if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
-            return PRESENT, f"mirror:gpt2_tokenizer ({mirror / 'gpt2_tokenizer'})"
+    if what == "tokenizer" and repo in text.GPT2_REPOS and (here := gpt2_tokenizer_here()):  # either name, mirror
+        return PRESENT, here
     if hub.offline():
         return MISSING, f"not in the hub cache {hub.cache_dir()} and downloads are off"
     return DOWNLOAD, f"from the Hugging Face hub into {hub.cache_dir()} on first use"

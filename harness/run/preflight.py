@@ -48,22 +48,33 @@ def _model(src: Optional[str], cell: Dict[str, Any]) -> Optional[Missing]:
                        f"{hub.not_found('model', name, hub.remote(name))}"}
 
 
+def gpt2_tokenizer_here() -> Optional[str]:
+    """Where a local GPT-2 tokenizer is, without the network: a hub-cache snapshot under either hub name, else
+    "mirror:gpt2_tokenizer (<folder>)"; None when neither (harness.models.text.gpt2_tokenizer reads the same)."""
+    from ..data import paths
+    from ..models import hub, text
+
+    snaps = [f for r in text.GPT2_REPOS if (f := hub.cached_snapshot(r, hub.TOKENIZER_FILES))]
+    if snaps:
+        return snaps[0]
+    mirror = paths.mirror_root()
+    if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
+        return f"mirror:gpt2_tokenizer ({mirror / 'gpt2_tokenizer'})"
+    return None
+
+
 def _tokenizer(src: Optional[str]) -> Optional[Missing]:
     """The GPT-2 tokenizer a random-init GPT-2 ("random-init:gpt2(...)", "random-init:tiny-gpt2(...)") still needs
     (harness.models.text.gpt2_tokenizer's sources: the hub cache, a download, the mirror's gpt2_tokenizer/)."""
     if not src or not src.startswith("random-init:"):
         return None
-    from ..data import paths
     from ..models import hub, text
 
     name = src[len("random-init:"):].split("(")[0].lower()
     base = text.TINY.get(name, (name, None))[0]
     if text.DEFAULT_CONFIGS.get(base.lower()) != "gpt2":
         return None
-    if any(hub.cached_snapshot(r, hub.TOKENIZER_FILES) for r in text.GPT2_REPOS) or not hub.offline():
-        return None
-    mirror = paths.mirror_root()
-    if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
+    if not hub.offline() or gpt2_tokenizer_here():
         return None
     repo = text.GPT2_REPOS[1]
     return {"item": "the GPT-2 tokenizer", "fix": f"{hub.CLI} {repo} {' '.join(hub.TOKENIZER_PATTERNS[:4])}",
