@@ -60,8 +60,12 @@ def _case(seed=0, B=3, n=5, d=8, h=2):
 
 def test_certificates_are_the_registrys_ball_change_bounds():
     ball = [b for b in R.bounds(what="ball_change") if not b.user]
-    assert certify.BOUNDS == tuple(b.name for b in ball) == ("naive", "coarse", "fine", "sharp", "refined")
-    assert all(b.scope == "layer" and b.theorem1 is not None for b in ball)
+    names = tuple(b.name for b in ball)
+    assert names == certify.BOUNDS + ("second_order", "best") == certify.bound_list()
+    assert certify.BOUNDS == ("naive", "coarse", "fine", "sharp", "refined")
+    assert all(b.scope == "layer" for b in ball)
+    assert all((b.theorem1 is not None) == (b.name in certify.BOUNDS) for b in ball)
+    assert R.best_members() == list(names[:-1])  # "best" is the minimum of every other built-in certificate
     assert set(certify.NEEDS_M) == {"fine", "sharp", "refined"}
     ev = R.evaluate(*_case(), names=["castin", "fine"])  # evaluate: local values only (a ball change needs eps)
     assert ("castin", "head") in ev.values and ("fine", "layer") not in ev.values

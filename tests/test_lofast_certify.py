@@ -6,7 +6,7 @@ import torch
 from harness.bounds import lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
-from harness.models.certify import BOUNDS, NEEDS_M, certify, layer_delta, layer_terms, margins, pgd_attack
+from harness.models.certify import BOUNDS, BUILTIN, NEEDS_M, certify, layer_delta, layer_terms, margins, pgd_attack
 from harness.models.lipvit import LipViT
 
 DT = torch.float64
@@ -73,16 +73,16 @@ def trained():
 
 
 def test_output_bound_is_sound_end_to_end(trained):
-    """||F(u') - F(u)|| found by PGD never exceeds the propagated bound (every variant)."""
+    """||F(u') - F(u)|| found by PGD never exceeds the propagated bound (every built-in certificate)."""
     m, X, y = trained
     X, y = X[:6], y[:6]
     cert = certify(m, X, y)
     with torch.no_grad():
         F0 = m(X)
-    for eps in (0.1, 2.0):
+    for eps in (0.01, 0.1, 2.0):
         lower = pgd_maximize(lambda v: (m(v) - F0).norm(dim=-1), X, eps, steps=10, restarts=2, batch_dims=1).value
         e = torch.full((6,), eps, dtype=DT)
-        for b in BOUNDS:
+        for b in BUILTIN:
             assert (cert.output_bound(e, b) >= lower - 1e-10).all(), (b, eps)
 
 
@@ -90,7 +90,12 @@ def test_certified_points_survive_pgd_and_radius_is_consistent(trained):
     m, X, y = trained
     cert = certify(m, X, y)
     assert 0.5 < cert.correct.float().mean() < 1
-    radii = {b: cert.radius(b) for b in BOUNDS}
+    radii = {b: cert.radius(b) for b in BUILTIN}
+    for b in BUILTIN:  # the minimum of the certificates certifies at least as far as each of them
+        assert (radii["best"] >= radii[b] - 1e-12).all(), b
+    assert (radii["best"] > radii["refined"] * (1 + 1e-3)).any()  # the second-order certificate adds radius here
+    won = cert.best_choice(radii["best"])
+    assert len(won) == len(y) and set(won) <= set(BUILTIN) - {"best"}
     assert (radii["refined"] >= radii["sharp"] - 1e-12).all()
     assert (radii["sharp"] >= radii["fine"] - 1e-12).all() and (radii["fine"] >= radii["coarse"] - 1e-12).all()
     assert (radii["coarse"] >= radii["naive"] - 1e-12).all()
@@ -100,8 +105,9 @@ def test_certified_points_survive_pgd_and_radius_is_consistent(trained):
     assert cert.certified(r * (1 - 1e-9), "fine")[pos].all()
     assert not cert.certified(r * (1 + 1e-6) + 1e-12, "fine").any()
     prev = None
-    for eps in (0.0, float(r[pos].min()) / 2, float(r.median()), float(r.max()) * 0.9):
-        ok = cert.certified(eps, "refined")
+    r_best = radii["best"]
+    for eps in (0.0, float(r[pos].min()) / 2, float(r.median()), float(r.max()) * 0.9, float(r_best.max()) * 0.9):
+        ok = cert.certified(eps, "best")
         attack = pgd_attack(m, X, y, eps, steps=10, restarts=2) if eps > 0 else -cert.margin
         robust = cert.correct & (attack < 0)
         assert not (ok & ~robust).any(), f"a certified point was broken at eps={eps}"
@@ -131,7 +137,7 @@ def test_text_model_certificate_sound():
     assert cert.L_in == 0.5
     for eps in (0.2, 1.0):
         lower = pgd_maximize(lambda v: (m(v) - F0).norm(dim=-1), E, eps, steps=10, restarts=2, batch_dims=1).value
-        for b in ("sharp", "refined"):
+        for b in ("sharp", "refined", "second_order", "best"):
             assert (cert.output_bound(torch.full((4,), eps, dtype=DT), b) >= lower - 1e-10).all()
 
 
@@ -149,15 +155,17 @@ def test_certificates_use_certified_upper_estimates(trained):
 
 
 def test_guarantee_per_bound_counts_the_estimates_it_uses(trained):
-    """naive rests on nothing estimated (0); coarse on zeta per layer; fine / sharp on zeta and every ||M_l||."""
+    """naive rests on nothing estimated (0); coarse on zeta per layer; fine / sharp on zeta and every ||M_l||;
+    second_order on the layer's ||J|| and every ||M_l||; best on all of them (= the certificate's guarantee)."""
     m, X, y = trained
     cert = certify(m, X[:4], y[:4])
     L, h = len(cert.layers), cert.layers[0].m_up.shape[-1]
     assert L == 2 and h == 2
     assert cert.guarantee_of("naive") == 0.0
     assert cert.guarantee_of("coarse") == pytest.approx(L * lofast.FAIL_PROB)
-    for b in NEEDS_M:
-        assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.FAIL_PROB) == pytest.approx(cert.guarantee)
+    for b in (*NEEDS_M, "second_order"):
+        assert cert.guarantee_of(b) == pytest.approx(L * (1 + h) * lofast.FAIL_PROB)
+    assert cert.guarantee_of("best") == pytest.approx(L * (2 + h) * lofast.FAIL_PROB) == pytest.approx(cert.guarantee)
     with pytest.raises(ValueError, match="unknown bound"):
         cert.guarantee_of("tight")
     coarse = certify(m, X[:4], y[:4], fine=False)  # no ||M_l|| estimates: the bounds using them cannot be counted

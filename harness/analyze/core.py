@@ -10,6 +10,8 @@ converged, guaranteed, sound, user (a plug-in bound).
 Soundness (registry.is_sound, the registry's one rule): a "local" upper bound below the truth is unsound; an
 "eps-ball" upper bound is checked against PGD at the same eps, the "ball" lower bound (Prop. 3.4) against Castin's
 upper bound. lofast_delta is the registry's ball-change bound "fine" (Theorem 1, exact ||M_l||, c = 1) / eps;
+second_order (the certified truth plus a curvature term, harness.bounds.second_order) and best (the minimum of
+every built-in certificate) are the registry's bounds of those names / eps, from the certified truth;
 plug-ins registered with bounds="ball_change" join it as eps-ball rows, checked against PGD the same way.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 
 from harness.analyze import modern, validate
 from harness.analyze.inputs import load_model, model_inputs
-from harness.analyze.state import EXTRA, AnalyzeState, rows_extra, truth_uppers
+from harness.analyze.state import CERTIFICATES, EXTRA, AnalyzeState, rows_extra, truth_uppers
 from harness.bounds import castin, lofast, registry
 from harness.kernels.attention import AttentionWeights
 from harness.models.adapters import adapter_for, lengths
@@ -65,6 +67,9 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
     e = float(eps)
     if e > 0 and ok("lofast_delta"):
         out[("lofast_delta", "layer")] = (registry.get("fine", "layer").fn(s, e) / e, yes)
+    for name in CERTIFICATES:  # certified: the state's truth carries its KW upper estimate
+        if e > 0 and ok(name):
+            out[(name, "layer")] = (registry.get(name, "layer").fn(s, e) / e, yes)
     for b in registry.bounds(scope="layer", what="ball_change", causal=s.causal or None):  # plug-ins: per eps
         if e > 0 and b.user and ok(b.name):
             out[(b.name, "layer")] = (b.fn(s, e) / e, yes)

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.analyze.state import EXTRA, AnalyzeState, rows_extra, truth_uppers
+from harness.analyze.state import CERTIFICATES, EXTRA, AnalyzeState, rows_extra, truth_uppers
 from harness.bounds import registry
 from harness.kernels.pgd import pgd_maximize
 from harness.models.adapters_modern import AttentionMap
@@ -23,6 +23,8 @@ from harness.models.adapters_modern import AttentionMap
 Tensor = torch.Tensor
 NOT_PROVEN_EXTRA = {  # analyze's own methods that assume standard scores -> the reason they are n/a
     "lofast_delta": "LoFAST Thm 1's finite-eps delta uses ||W_Q W_K^T||-type factors of standard scores",
+    "second_order": "the curvature term bounds the second derivative of standard scores (docs/math.md §1)",
+    "best": "its Theorem 1 and second-order members assume standard scores",
     "prop34": "Castin Prop. 3.4 is for standard scores x_i^T A x_j without position terms",
     "gamma_R2": "Castin's gamma is for standard scores x_i^T A x_j without position terms",
     "log10_n_star": "Castin's gamma is for standard scores x_i^T A x_j without position terms",
@@ -104,8 +106,10 @@ def extra(s: MapState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
         obj = lambda Z: (s.amap.layer(Z) - F0).flatten(-2).norm(dim=-1)
         res = pgd_maximize(obj, s.X, e, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
         out[("pgd", "layer")] = (res.value / e, yes)
-    scopes = {"lofast_delta": "layer", "prop34": "head", "gamma_R2": "head", "log10_n_star": "head"}
-    na = {(m, scopes[m]): why for m, why in NOT_PROVEN_EXTRA.items() if ok(m) and (m != "lofast_delta" or e > 0)}
+    scopes = {"lofast_delta": "layer", "second_order": "layer", "best": "layer", "prop34": "head", "gamma_R2": "head",
+              "log10_n_star": "head"}
+    eps_ball = ("lofast_delta", *CERTIFICATES)  # need eps > 0
+    na = {(m, scopes[m]): why for m, why in NOT_PROVEN_EXTRA.items() if ok(m) and (m not in eps_ball or e > 0)}
     return out, na
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin", "jasmin": "JaSMin",
          "jasmin_g1": "JaSMin-g1", "lofast_fine": "LoF-fine", "lofast_coarse": "LoF-coarse",
          "lofast_sharp": "LoF-sharp", "lofast_refined": "LoF-refined", "lofast_naive": "LoF-naive",
-         "lofast_delta": "LoF-delta", "pgd": "PGD"}
+         "lofast_delta": "LoF-delta", "second_order": "2nd-order", "best": "best cert.", "pgd": "PGD"}
 
 
 def _layer_methods(df) -> List[str]:

@@ -17,11 +17,16 @@ Tensor = torch.Tensor
 EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
     "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - fail_prob)"),
     "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
+    "second_order": ("layer", "upper", "eps-ball", "second-order certificate: certified ||J|| + eps/2 x curvature"),
+    "best": ("layer", "upper", "eps-ball", "minimum of every built-in certificate / eps"),
     "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
     "prop34": ("head", "lower", "ball", "Castin Prop. 3.4 lower bound on B_R^n (bias-free map)"),
     "gamma_R2": ("head", "info", "ball", "Castin gamma R^2 (bias-free A)"),
     "log10_n_star": ("head", "info", "ball", "log10 n* = gamma R^2 / ln 10 (sqrt(n) growth below n*)"),
 }
+# the registry's built-in certificates beyond Theorem 1 (second_order, best): analyze reports them by name
+CERTIFICATES = tuple(b.name for b in registry.bounds(scope="layer", what="ball_change")
+                     if not b.user and b.theorem1 is None)
 
 
 class AnalyzeState(InputState):
@@ -60,7 +65,9 @@ def rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Sequ
     for (name, scope), (val, ok) in extra.items():
         _, kind, bounds, _ = EXTRA.get(name, ("layer", "upper", "eps-ball", name))  # else a ball-change plug-in
         truth = ev.truth(scope).detach().cpu()
-        tconv = s.all_converged(["truth_" + scope] + (["zeta", "m"] if name == "lofast_delta" else [])).cpu()
+        uses = registry.get(name, "layer").uses if name in CERTIFICATES else ()
+        uses = ("zeta", "m") if name == "lofast_delta" else uses
+        tconv = s.all_converged(["truth_" + scope, *uses]).cpu()
         user = name not in EXTRA
         val = val.detach().cpu()
         ref = None  # what the soundness of this row is checked against

@@ -28,7 +28,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from harness.bounds import castin, jasmin, kim, lofast, lofast_refined
+from harness.bounds import castin, jasmin, kim, lofast
+from harness.bounds.state_maps import kim_ok, lofast_limit, lofast_naive_layer, refined_c, second_order_at
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
@@ -76,6 +77,9 @@ class Bound:
     proven_for: Tuple[str, ...] = ()  # score FEATURES beyond softmax(q k^T / sqrt(dh)) under which it is proven
     bounds: str = "local"  # one of WHAT
     theorem1: Optional[Theorem1Variant] = None  # a Theorem 1 certificate: its ingredients (certification)
+    # the certified estimates a certificate from this bound rests on ("zeta", "m", "truth"; certification's
+    # failure probability is the union bound over them); () for deterministic bounds and plug-ins
+    estimates: Tuple[str, ...] = ()
 
     def unproven(self, features: Iterable[str]) -> Optional[str]:
         """None if the bound is proven for an attention map with these score features, else the reason."""
@@ -135,29 +139,15 @@ def declare(name: str, paper: str, label: str, head=None, layer=None, replace: b
     return out
 
 
-def _kim_ok(s: InputState) -> Tensor:
-    return kim.guaranteed(s.X, 0.0, augmented=s.w.has_bias)
+def best_members() -> List[str]:
+    """The certificates the "best" bound takes the minimum of: every built-in ball-change bound but itself."""
+    return [b.name for b in _BOUNDS.values() if b.bounds == "ball_change" and not b.user and b.name != "best"]
 
 
-def _refined_c(s: InputState) -> Tensor:
-    """The eps -> 0 per-ball softmax constant c_l(0) per head (..., h), from the state's probabilities."""
-    return lofast_refined.constant_at_zero(s.P)
-
-
-def _lofast_limit(m_attr: str, c, heads: bool):
-    """Theorem 1's eps -> 0 limit (lofast.theorem1_limit) at the state, m_l = the state's `m_attr`. heads: per head,
-    with the single-head zeta_l = ||P_l|| ||VO_l|| (Kronecker norm); else the layer's, with zeta
-    (= lofast.lipschitz_upper(residual=False)). c: the softmax constant, a number or a function of the state
-    giving (..., h)."""
-    def fn(s: InputState) -> Tensor:
-        d1 = s.P_norm * s.VO_norm if heads else s.zeta
-        return lofast.theorem1_limit(d1, getattr(s, m_attr), s.value_norm, s.w.dh, c(s) if callable(c) else c, heads)
-
-    return fn
-
-
-def _lofast_naive_layer(s: InputState) -> Tensor:  # eq. 9 for Delta_1 + the coarse Delta_2 (certify "naive")
-    return lofast.theorem1_limit((s.VO_norm * s.P_norm).sum(-1), s.m_coarse, s.value_norm, s.w.dh, 1.0)
+def _best(s: InputState, eps) -> Tensor:
+    """The minimum over best_members() at (X, eps): each bounds the change over the ball, so their minimum does."""
+    vals = [get(n, "layer").fn(s, eps) for n in best_members() if s.causal is False or get(n, "layer").causal]
+    return torch.stack(torch.broadcast_tensors(*vals)).amin(0)
 
 
 def _builtins() -> None:
@@ -167,7 +157,7 @@ def _builtins() -> None:
     _add(Bound("truth", "head", lambda s: s.truth_head, uses=("truth_head",), **truth))
     _add(Bound("truth", "layer", lambda s: s.truth_layer, uses=("truth_layer",), **truth))
     declare("kim", "JaSMin (Yudin et al.) Thm 1, after Kim et al. / Specformer", "Kim/Specformer (Thm 1)",
-            head=lambda s: kim.bound(s.X, s.w, 0.0), guaranteed=_kim_ok,
+            head=lambda s: kim.bound(s.X, s.w, 0.0), guaranteed=kim_ok,
             note="valid where (||X||_F)^2 sqrt(n)(n+1) >= 1 (harness.bounds.kim.guaranteed); norms only")
     declare("castin", "Castin et al. Thm 3.3 / Thm 4.3 (masked)", "Castin Thm 3.3",
             head=lambda s: castin.bound(s.X, s.w, s.causal), bounds="ball",
@@ -180,22 +170,33 @@ def _builtins() -> None:
                               ("lofast_coarse", "m_coarse", 1.0, "LoFAST eps->0 (coarse)"),
                               ("lofast_sharp", "m_fine", 0.5, "LoFAST eps->0 (sharpened, c=1/2)")):
         declare(name, "LoFAST (Havens et al.) Thm 1, eps -> 0" + (" with JaSMin Cor. 1's c = 1/2" if c < 1 else ""),
-                label, head=_lofast_limit(m, c, True), layer=_lofast_limit(m, c, False),
+                label, head=lofast_limit(m, c, True), layer=lofast_limit(m, c, False),
                 uses=("zeta", "m") if m == "m_fine" else ("zeta",),
                 proven_for=ANY_SCORES if m == "m_fine" else (),
                 note="causal: masked P in zeta (ours); the Delta_2 terms stay valid under a mask")
     declare("lofast_naive", "LoFAST (Havens et al.) eq. 9 + coarse Delta_2, eps -> 0", "LoFAST eps->0 (naive)",
-            layer=_lofast_naive_layer)
+            layer=lofast_naive_layer)
     declare("lofast_refined", "LoFAST Thm 1, eps -> 0, with the per-row softmax constant min(1/2, max_k p_ik)",
-            "LoFAST eps->0 (refined softmax c)", head=_lofast_limit("m_fine", _refined_c, True),
-            layer=_lofast_limit("m_fine", _refined_c, False), uses=("zeta", "m"), proven_for=ANY_SCORES,
+            "LoFAST eps->0 (refined softmax c)", head=lofast_limit("m_fine", refined_c, True),
+            layer=lofast_limit("m_fine", refined_c, False), uses=("zeta", "m"), proven_for=ANY_SCORES,
             note="||J_sm(p)|| <= min(1/2, max_k p_k) per row (docs/math.md §1); the eps-ball version certifies "
                  "(harness.bounds.lofast_refined, certify bound 'refined')")
     for name, (variant, label, paper) in VARIANTS.items():  # Theorem 1 at finite eps: the certificates
         declare(name, paper, label, layer=lambda s, eps, v=variant: v.at_state(s, eps), bounds="ball_change",
                 theorem1=variant, uses=("zeta", "m") if variant.needs_m else ("zeta",),
+                estimates=tuple(e for e in variant.estimates.split("+") if e),
                 proven_for=ANY_SCORES if variant.needs_m and variant.delta1 == "zeta" else (),
                 note="delta(X, eps) of Theorem 1, certify with harness.models.certify")
+    declare("second_order", "ours: Taylor's theorem, the exact local constant plus a curvature term (docs/math.md §1)",
+            "exact ||J|| + curvature eps^2/2 (ours)", layer=second_order_at, bounds="ball_change",
+            uses=("truth_layer", "m"), estimates=("truth", "m"),
+            note="U eps + eps^2/2 K(eps), U the truth (its KW upper estimate when the state is certified), K a bound "
+                 "on the second derivative over the ball (harness.bounds.second_order); tends to the truth as eps -> 0")
+    declare("best", "ours: the minimum of every built-in certificate (each sound, so the minimum is)",
+            "best of all certificates (ours)", layer=_best, bounds="ball_change", uses=("zeta", "m", "truth_layer"),
+            estimates=("zeta", "m", "truth"),
+            note="min over naive, coarse, fine, sharp, refined and second_order at each (X, eps); plug-ins are reported "
+                 "beside it, not inside it (their soundness is their author's claim)")
 
 
 _builtins()

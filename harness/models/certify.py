@@ -9,8 +9,10 @@ For a stem input u (image or word embeddings) and ||u' - u|| <= eps:
   increasing in eps).
 
 Bounds: the ball-change bounds of harness.bounds.registry (`BOUNDS`: its built-in Theorem 1 variants naive /
-coarse / fine / sharp / refined, harness.bounds.ball_change; `bound_list()` adds the plug-ins registered with
-bounds="ball_change"). The per-layer terms are computed once per input with harness.bounds.lofast (zeta,
+coarse / fine / sharp / refined, harness.bounds.ball_change; `bound_list()` adds the second-order certificate
+(harness.bounds.second_order: the certified exact local constant of the block plus a curvature term), "best" (the
+minimum of all built-in certificates at each layer and eps, sound as each of them is; `Certificate.best_choice`
+names the one that won) and the plug-ins registered with bounds="ball_change"). The per-layer terms are computed once per input with harness.bounds.lofast (zeta,
 m_norms, xi, naive_delta1) and Theorem 1's polynomial in eps is then evaluated for any eps; `layer_delta` equals
 harness.bounds.lofast.delta (tested). A plug-in is called at the layer input Z with the propagated eps (plus eps
 itself when it bounds the map without the identity: triangle inequality) and trusted as deterministic. Certificates (`Certificate.certified`, `radius`, `output_bound`, all with
@@ -26,7 +28,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from harness.bounds import lofast, lofast_refined, registry
+from harness.bounds import lofast, lofast_refined, registry, second_order
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
@@ -36,6 +38,10 @@ Tensor = torch.Tensor
 
 BOUNDS = tuple(b.name for b in registry.bounds(scope="layer", what="ball_change") if b.theorem1 is not None)
 NEEDS_M = tuple(b for b in BOUNDS if registry.get(b, "layer").theorem1.needs_m)  # use the exact ||M_l||
+# the built-in certificates beyond Theorem 1: second_order, then best (the minimum of all the others)
+CERTIFICATES = tuple(b.name for b in registry.bounds(scope="layer", what="ball_change")
+                     if b.theorem1 is None and not b.user)
+BUILTIN = BOUNDS + CERTIFICATES  # every built-in certificate, in the registry's order
 
 
 def bound_list() -> tuple:
@@ -69,6 +75,8 @@ class LayerTerms:
     rows: Optional[lofast_refined.RowTerms] = None  # per-row softmax terms of the "refined" bound
     Z: Optional[Tensor] = None  # the layer inputs (B, n, d) and weights, for plug-in ball-change bounds
     w: Optional[AttentionWeights] = None
+    truth: Optional[Tensor] = None  # (B,) ||J(Z)|| of the layer map (F + I with the residual), Lanczos
+    truth_up: Optional[Tensor] = None  # (B,) its certified upper estimate (the second-order certificate's U)
 
 
 CERTIFY_EPS = 1e-2  # KW relative eps on the squared norms: the upper estimates are <= 1/sqrt(0.99) x the Ritz values
@@ -93,11 +101,17 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
         m_up = mi.m.upper
     one = torch.ones((), dtype=Z.dtype, device=Z.device)
     VO = w.VO()  # (h, d, d)
+    tr = None
+    if fine:  # the exact local constant of the block's map, for the second-order certificate
+        tr = second_order.certified_truth(Z, w, residual=residual, certify_eps=power["certify_eps"],
+                                          fail_prob=power.get("fail_prob", lofast.FAIL_PROB))
+        conv = conv & tr.converged
     return LayerTerms(
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
         b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
         vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, fail_prob=zi.zeta.fail_prob,
-        rows=lofast_refined.row_terms(Z, w) if fine else None, Z=Z, w=w)
+        rows=lofast_refined.row_terms(Z, w) if fine else None, Z=Z, w=w,
+        truth=None if tr is None else tr.value, truth_up=None if tr is None else tr.upper)
 
 
 def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False) -> Tensor:
@@ -108,6 +122,8 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
     """
     b = _ball_bound(bound)
     v = b.theorem1
+    if bound in _CERTIFIERS:
+        return _CERTIFIERS[bound](t, eps, certified)
     if v is None:  # a plug-in: trusted as deterministic, so certified changes nothing
         if t.Z is None or t.w is None:
             raise ValueError(f"plug-in bound {bound!r} needs the layer inputs: LayerTerms from layer_terms")
@@ -121,12 +137,31 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
                    xi=t.xi, b=t.b, xvo=t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
 
 
-def _layer_failure(t: LayerTerms, estimates: str) -> float:
-    """Failure probability of one layer's certified estimates in `estimates` ("" none, "zeta", or "zeta+m": zeta
-    and each head's ||M_l||), each holding with probability >= 1 - t.fail_prob: the union bound."""
-    if not estimates:
-        return 0.0
-    return t.fail_prob * (1 + (t.m_up.shape[-1] if estimates == "zeta+m" else 0))
+def _second_order_delta(t: LayerTerms, eps: Tensor, certified: bool) -> Tensor:
+    """The second-order certificate (harness.bounds.second_order) of the block's map at Z: U eps + eps^2/2 K(eps),
+    U = ||J(Z)|| of F (+ I) (its certified upper estimate when certified), K from ||M_l|| (likewise)."""
+    if t.truth is None or t.m is None or t.rows is None:
+        raise ValueError("bound 'second_order' needs the layer's exact local constant and ||M_l||: compute "
+                         "layer_terms with fine=True")
+    m = t.m_up if certified else t.m
+    U = t.truth_up if certified else t.truth
+    curv = second_order.CurvatureTerms(m=m, b=t.b, xvo=t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
+    return second_order.delta(U, curv, eps)
+
+
+def _best_delta(t: LayerTerms, eps: Tensor, certified: bool) -> Tensor:
+    """The minimum of every built-in certificate at (Z, eps) (registry.best_members): sound as each of them is."""
+    return torch.stack([layer_delta(t, eps, n, certified) for n in registry.best_members()]).amin(0)
+
+
+_CERTIFIERS = {"second_order": _second_order_delta, "best": _best_delta}  # the certificates beyond Theorem 1
+
+
+def _layer_failure(t: LayerTerms, estimates) -> float:
+    """Failure probability of one layer's certified estimates in `estimates` (any of "zeta", "m": each head's
+    ||M_l||, "truth": the layer's ||J||), each holding with probability >= 1 - t.fail_prob: the union bound."""
+    count = ("zeta" in estimates) + ("truth" in estimates) + (t.m_up.shape[-1] if "m" in estimates else 0)
+    return t.fail_prob * count
 
 
 @dataclass
@@ -146,19 +181,30 @@ class Certificate:
 
     @property
     def guarantee(self) -> float:
-        """Failure probability of the certificates (union over every estimated zeta and ||M_l||)."""
-        return float(sum(_layer_failure(t, "zeta" if t.m_up is None else "zeta+m") for t in self.layers))
+        """Failure probability of the certificates (union over every estimated zeta, ||M_l|| and layer ||J||)."""
+        return float(sum(_layer_failure(t, ("zeta",) if t.m_up is None else ("zeta", "m", "truth"))
+                         for t in self.layers))
 
     def guarantee_of(self, bound: str) -> float:
         """Failure probability of `bound`'s certificates per input, the union bound over the certified estimates
         it uses (Theorem1Variant.estimates): none for "naive" (eq. 9 and the coarse Delta_2 are deterministic) and
         plug-ins (trusted), zeta of every layer for "coarse" (xi is deterministic), zeta and every ||M_l|| for
         "fine" / "sharp" / "refined" (= `guarantee`). ValueError if the certificate lacks those estimates."""
-        v = _ball_bound(bound).theorem1
-        if v is not None and v.needs_m and any(t.m_up is None for t in self.layers):
+        est = _ball_bound(bound).estimates
+        if "m" in est and any(t.m_up is None for t in self.layers):
             raise ValueError(f"bound {bound!r} uses the exact ||M_l||, but this certificate was made with fine=False "
                              "(no ||M_l|| estimates): certify with fine=True")
-        return float(sum(_layer_failure(t, "" if v is None else v.estimates) for t in self.layers))
+        return float(sum(_layer_failure(t, est) for t in self.layers))
+
+    def best_choice(self, eps: Tensor) -> List[str]:
+        """Which certificate gives the last layer's change when "best" propagates eps (B,): the member of
+        registry.best_members() with the smallest change there, per input (B names)."""
+        e = eps * self.L_in
+        for t in self.layers[:-1]:
+            e = layer_delta(t, e, "best", certified=True)
+        names = registry.best_members()
+        vals = torch.stack([layer_delta(self.layers[-1], e, n, certified=True) for n in names])  # (bounds, B)
+        return [names[i] for i in vals.argmin(0).tolist()]
 
     def output_bound(self, eps: Tensor, bound: str, certified: bool = True) -> Tensor:
         """Bound on ||F(u') - F(u)||_2 (logits) for ||u' - u|| <= eps (B,), propagated layer by layer (certified:

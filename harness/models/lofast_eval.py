@@ -14,8 +14,8 @@ import torch
 
 from harness.bounds import lofast, registry
 from harness.kernels.attention import AttentionWeights, attention
-from harness.models.certify import (BOUNDS, bound_list, certify, layer_delta, layer_terms, margins, mnorm_ratio,
-                                    pgd_attack)
+from harness.models.certify import (BOUNDS, BUILTIN, bound_list, certify, layer_delta, layer_terms, margins,
+                                    mnorm_ratio, pgd_attack)
 from harness.models.lipvit import LipTransformer, block_inputs
 from harness.models.lofast_train import cfg_from_cell, stem_inputs, test_batch, trained_model
 
@@ -24,7 +24,7 @@ Tensor = torch.Tensor
 # The ViT whose first attention layer the bound studies use: one of lofast_certified's configurations.
 STUDY_VIT = dict(layers=2, heads=8, vo_norm=0.5)
 SOURCES = ("vit", "minilm")
-BOUND_COLUMNS = tuple(f"bound_{b}" for b in BOUNDS)  # the registry's Theorem 1 certificates
+BOUND_COLUMNS = tuple(f"bound_{b}" for b in BUILTIN)  # the registry's built-in certificates
 CERTIFICATE_DTYPE = "float64"
 
 
@@ -78,7 +78,9 @@ def _lemma1_direction(X: Tensor, w: AttentionWeights, residual: bool) -> Tensor:
 def multihead_rows(w: AttentionWeights, X: Tensor, eps_list: Sequence[float], residual: bool, pgd_steps: int,
                    pgd_restarts: int, seed: int = 0) -> List[dict]:
     """End-to-end ||F(X') - F(X)||_F per sample and eps, X (S, n, d): one row with eq. 23 under each bound
-    (bound_naive = eq. 9, bound_coarse = zeta + xi, bound_fine = exact ||M||, bound_sharp = softmax 1/2), and
+    (bound_naive = eq. 9, bound_coarse = zeta + xi, bound_fine = exact ||M||, bound_sharp = softmax 1/2,
+    bound_refined = the per-ball softmax constant, bound_second_order = the exact ||J|| plus the curvature term,
+    bound_best = the minimum of them; Lanczos values, as the paper's Fig. 1 compares them), and
     lower bounds pgd_plain = lofast.pgd_sensitivity (random restarts) and pgd = the best of that and of
     X +- eps v with v Lemma 1's maximizer (feasible points, so valid lower bounds)."""
     with torch.no_grad():
@@ -89,7 +91,7 @@ def multihead_rows(w: AttentionWeights, X: Tensor, eps_list: Sequence[float], re
     rows = []
     for e in map(float, eps_list):
         et = torch.full((X.shape[0],), e, dtype=X.dtype, device=X.device)
-        vals = {f"bound_{b}": layer_delta(t, et, b) for b in BOUNDS}
+        vals = {f"bound_{b}": layer_delta(t, et, b) for b in BUILTIN}
         if e > 0:
             plain = lofast.pgd_sensitivity(X, w, e, residual=residual, seed=seed, steps=pgd_steps,
                                            restarts=pgd_restarts)
@@ -147,7 +149,8 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
     Certificates (certified_acc, clean_acc, radius, zeta_mean, L_in, L_head, ||M||/xi) are float64
     (certificate_dtype); margin, pgd_acc and violations come from `model` in its own dtype. Rows of kind "curve"
     (per bound and eps) and "radius" (per bound and point) share one set of columns: NaN (point and
-    violations -1) where a kind has no value. `guarantee`: the bound's certificates hold for an input with
+    violations -1) where a kind has no value; `won` (radius rows of "best") names the certificate that gave the
+    last layer's change at the point's radius. `guarantee`: the bound's certificates hold for an input with
     probability >= 1 - guarantee over the seeded Lanczos starts (Certificate.guarantee_of; 0 for naive).
     Bounds: certify.bound_list(), the paper's and ours, then any plug-in registered with bounds="ball_change"
     (trusted as deterministic: guarantee 0); `violations` > 0 means a certificate is unsound."""
@@ -170,12 +173,16 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
             rows.append(dict(base, kind="curve", bound=b, eps=e, guarantee=cert.guarantee_of(b),
                              clean_acc=float(cert.correct.double().mean()),
                              certified_acc=float(ok.double().mean()), pgd_acc=float(robust.double().mean()),
-                             violations=int((ok & ~robust).sum()), point=-1, radius=nan, margin=nan))
+                             violations=int((ok & ~robust).sum()), point=-1, radius=nan, margin=nan, won=""))
     for b in names:  # the same columns on every row (a radius row has no eps: NaN, not the cell's eps list)
-        for i, r in enumerate(cert.radius(b).tolist()):
+        radius = cert.radius(b)
+        won = [""] * len(y)  # "best": the certificate the last layer's change rests on at the radius
+        if b == "best":
+            won = [n if r > 0 else "" for n, r in zip(cert.best_choice(radius), radius.tolist())]
+        for i, r in enumerate(radius.tolist()):
             rows.append(dict(base, kind="radius", bound=b, eps=nan, guarantee=cert.guarantee_of(b), clean_acc=nan,
                              certified_acc=nan, pgd_acc=nan,
-                             violations=-1, point=i, radius=r, margin=float(margin[i])))
+                             violations=-1, point=i, radius=r, margin=float(margin[i]), won=won[i]))
     return rows
 
 
@@ -199,7 +206,7 @@ ABLATION_PARAMS = ("wq", "wk", "wv", "wo", "X")
 def _fixed_constant(name: str) -> bool:
     """A Theorem 1 certificate with Lemma 1's zeta and one fixed softmax constant (coarse, fine, sharp)."""
     v = registry.get(name, "layer").theorem1
-    return v.delta1 == "zeta" and not isinstance(v.c, str)
+    return v is not None and v.delta1 == "zeta" and not isinstance(v.c, str)
 
 
 ABLATION_BOUNDS = tuple(filter(_fixed_constant, BOUNDS))

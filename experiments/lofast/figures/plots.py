@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 
 from harness.bounds import registry as _registry
-from harness.models.certify import BOUNDS  # noqa: E402 - the certificates' bounds (registry order)
+from harness.models.certify import BUILTIN as BOUNDS  # noqa: E402 - every built-in certificate (registry order)
 
 # legend label and table column of every certificate, from the registry (a plug-in ball-change bound included)
 BOUND_LABELS = {b: _registry.labels()[b] for b in BOUNDS}
 _PALETTE = [dict(color="#999999", linestyle=":"), dict(color="#0072B2", linestyle="--"),
             dict(color="#0072B2", linestyle="-"), dict(color="#56B4E9", linestyle="-"),
-            dict(color="#D55E00", linestyle="-"), dict(color="#009E73", linestyle="-."),
-            dict(color="#CC79A7", linestyle="-.")]
+            dict(color="#D55E00", linestyle="-"), dict(color="#009E73", linestyle="-", linewidth=2.2),
+            dict(color="#000000", linestyle=(0, (1, 1.5)), linewidth=1.6)]  # second_order, then best (dotted on top)
 BOUND_STYLE = {b: _PALETTE[i % len(_PALETTE)] for i, b in enumerate(BOUNDS)}
 BOUND_STYLE.update(pgd=dict(color="#555555", linestyle="-", marker="x"),
                    pgd_plain=dict(color="#AAAAAA", linestyle="-", marker="."))

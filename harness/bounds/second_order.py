@@ -1,0 +1,110 @@
+"""The second-order ball-change certificate (docs/math.md §1, "Second-order certificate").
+
+By Taylor's theorem with integral remainder, for ||E||_F <= eps,
+
+    ||F(X + E) - F(X)||_F <= U eps + (eps^2 / 2) K(eps),
+
+with U >= ||J_F(X)|| (the exact local constant: a Lanczos value, or its Kuczynski-Wozniakowski certified upper
+estimate in a certificate) and K(eps) >= ||D^2 F(Z)[E, E]||_F for every Z in the ball and unit E. F is
+multi-head attention, F(Z) = sum_l P_l(Z) (Z wv_l + bv_l) wo_l (+ bo, + Z with the residual: both have no
+second derivative, so K is the same with or without them). Per head, with s = (Z wq + bq)(Z wk + bk)^T / sqrt(dh):
+
+    D^2 F_l[E, E] = d^2P_l[E, E] (Z wv_l + bv_l) wo_l + 2 dP_l[E] E wv_l wo_l
+    d^2p_i = J_sm(p_i) d^2s_i + T(p_i)[ds_i, ds_i]                (row i; T the softmax's second derivative)
+    ||dS_l||_F <= sigma_l(eps) = (||M_l(X)|| + 2 eps ||wq_l wk_l^T||) / sqrt(dh)   (Lemma 2's operator, moved by Z - X)
+    ||d^2S_l||_F = 2 ||E wq_l wk_l^T E^T||_F / sqrt(dh) <= 2 ||wq_l wk_l^T|| / sqrt(dh)
+    ||J_sm(p_i(Z))|| <= c_l(eps)  (the per-ball constant of harness.bounds.lofast_refined, <= 1/2)
+    ||T(p)[u, u]|| <= kappa(c) ||u||^2,  kappa(c) = sqrt(8 c / 27 + c^2)   (<= 0.631 at c = 1/2)
+    ||(Z wv_l + bv_l) wo_l|| <= ||(X wv_l + bv_l) wo_l|| + eps ||wv_l wo_l||
+
+so K_l(eps) = (2 c_l b_l / sqrt(dh) + kappa(c_l) sigma_l^2) (xvo_l + eps vo_l) + 2 c_l sigma_l vo_l and
+K = sum_l K_l. As eps -> 0 the certificate / eps tends to U, the exact local constant (up to the estimate); for
+large eps the eps^2 term dominates and Theorem 1's certificates (harness.bounds.ball_change) are smaller: the
+registry's "best" certificate takes the minimum of all of them, which is sound as well.
+
+    CurvatureTerms, curvature_terms(X, w, m, causal)   per-input ingredients (m: ||M_l(X)|| or an upper estimate)
+    curvature(t, eps) -> (...,)                         K(eps)
+    delta(U, t, eps) -> (...,)                          U eps + eps^2 / 2 K(eps)
+    kappa(c)                                            the bound on the softmax's second derivative
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+from harness.bounds import lofast_refined
+from harness.bounds.lofast_ops import prepare
+from harness.kernels.attention import AttentionWeights
+
+Tensor = torch.Tensor
+Eps = Union[float, Tensor]
+
+
+def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
+    """A bound on ||T(p)[u, u]|| / ||u||^2, T the second derivative of the softmax at p, given ||J_sm(p)|| <= c:
+    sqrt(8 c / 27 + c^2) (docs/math.md §1; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
+    if isinstance(c, Tensor):
+        return torch.sqrt(8.0 * c / 27.0 + c * c)
+    return math.sqrt(8.0 * c / 27.0 + c * c)
+
+
+@dataclass
+class CurvatureTerms:
+    """What K(eps) needs at one input X (..., n, d)."""
+
+    m: Tensor  # (..., h) ||M_l(X)|| (Lemma 2's operator with biases) or a certified upper estimate of it
+    b: Tensor  # (h,) ||wq_l wk_l^T||
+    xvo: Tensor  # (..., h) ||(X wv_l + bv_l) wo_l||
+    vo: Tensor  # (h,) ||wv_l wo_l||
+    dh: int
+    rows: lofast_refined.RowTerms  # the per-row softmax terms of c_l(eps)
+
+
+def curvature_terms(X: Tensor, w: AttentionWeights, m: Tensor, causal: bool = False,
+                    xvo: Tensor = None, rows: lofast_refined.RowTerms = None) -> CurvatureTerms:
+    """The ingredients of K(eps) at X (..., n, d): m (..., h) is ||M_l(X)|| or an upper estimate of it; xvo and rows
+    are computed unless given (harness.bounds.lofast.delta22, lofast_refined.row_terms)."""
+    from harness.bounds.lofast import delta22
+
+    w = prepare(X, w)
+    return CurvatureTerms(m=m, b=w.B_norm(), xvo=delta22(X, w, 0.0) if xvo is None else xvo, vo=w.VO_norm(),
+                          dh=w.dh, rows=lofast_refined.row_terms(X, w, causal) if rows is None else rows)
+
+
+def curvature(t: CurvatureTerms, eps: Eps) -> Tensor:
+    """K(eps) >= sup_{||Z - X||_F <= eps, ||E||_F = 1} ||D^2 F(Z)[E, E]||_F: (...,) for eps a number or (...,)."""
+    e = torch.as_tensor(eps, dtype=t.m.dtype, device=t.m.device)
+    c = lofast_refined.softmax_constant(t.rows, e)  # (..., h), <= 1/2
+    eh = e.unsqueeze(-1) if e.dim() else e  # (..., 1) against (..., h)
+    sqdh = math.sqrt(t.dh)
+    sigma = (t.m + 2.0 * eh * t.b) / sqdh  # bound on ||dS_l||_F per unit ||E||_F anywhere in the ball
+    d2p = 2.0 * c * t.b / sqdh + kappa(c) * sigma.square()  # bound on ||d^2 P_l[E, E]||_F
+    return (d2p * (t.xvo + eh * t.vo) + 2.0 * c * sigma * t.vo).sum(-1)
+
+
+def delta(U: Tensor, t: CurvatureTerms, eps: Eps) -> Tensor:
+    """U eps + eps^2 / 2 K(eps) >= sup_{||X' - X||_F <= eps} ||F(X') - F(X)||_F when U >= ||J_F(X)||: (...,).
+    With the residual, U bounds ||J_F(X) + I|| and the bound is on the residual map's change."""
+    e = torch.as_tensor(eps, dtype=U.dtype, device=U.device)
+    return U * e + 0.5 * e.square() * curvature(t, e)
+
+
+def certified_truth(X: Tensor, w: AttentionWeights, residual: bool = False, causal: bool = False,
+                    certify_eps: float = 1e-2, fail_prob: float = 1e-9, seed: int = 0, tol: float = None,
+                    iters: int = 2000):
+    """||J(X)|| of the layer map (of F + identity when `residual`) at X (..., n, d) by Lanczos from a seeded Gaussian,
+    run for at least the Kuczynski-Wozniakowski steps of a relative eps `certify_eps` on the squared norm, so its
+    `upper` holds with probability >= 1 - fail_prob (kernels.layer.certified_norm): a PowerResult, values (...,)."""
+    from harness.kernels.krylov import kw_steps
+    from harness.kernels.layer import certified_norm, layer_operator
+
+    w = prepare(X, w)
+    matvec, rmatvec = layer_operator(X, w, causal)
+    if residual:  # J_F + I and its adjoint J_F^T + I
+        mv, rmv = matvec, rmatvec
+        matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
+    steps = min(kw_steps(X.shape[-2] * X.shape[-1], certify_eps, fail_prob), iters)
+    return certified_norm(matvec, rmatvec, X, tol, iters, seed, steps=steps, fail_prob=fail_prob)

@@ -1,0 +1,48 @@
+"""The functions of an InputState behind the built-in bounds of harness.bounds.registry that are more than one
+call: Kim's validity predicate, Theorem 1's eps -> 0 limits (per head and per layer, with a fixed or the per-row
+softmax constant), eq. 9's naive layer bound, and the second-order certificate at a state.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.bounds import kim, lofast, lofast_refined, second_order
+from harness.bounds.input_state import InputState
+
+Tensor = torch.Tensor
+
+
+def kim_ok(s: InputState) -> Tensor:
+    """Where Kim et al.'s bound is proven at the state (harness.bounds.kim.guaranteed): (...,) bool."""
+    return kim.guaranteed(s.X, 0.0, augmented=s.w.has_bias)
+
+
+def refined_c(s: InputState) -> Tensor:
+    """The eps -> 0 per-ball softmax constant c_l(0) per head (..., h), from the state's probabilities."""
+    return lofast_refined.constant_at_zero(s.P)
+
+
+def lofast_limit(m_attr: str, c, heads: bool):
+    """Theorem 1's eps -> 0 limit (lofast.theorem1_limit) at the state, m_l = the state's `m_attr`. heads: per head,
+    with the single-head zeta_l = ||P_l|| ||VO_l|| (Kronecker norm); else the layer's, with zeta
+    (= lofast.lipschitz_upper(residual=False)). c: the softmax constant, a number or a function of the state
+    giving (..., h)."""
+    def fn(s: InputState) -> Tensor:
+        d1 = s.P_norm * s.VO_norm if heads else s.zeta
+        return lofast.theorem1_limit(d1, getattr(s, m_attr), s.value_norm, s.w.dh, c(s) if callable(c) else c, heads)
+
+    return fn
+
+
+def lofast_naive_layer(s: InputState) -> Tensor:
+    """eq. 9 for Delta_1 + the coarse Delta_2, eps -> 0 (the limit of the certificate "naive"): (...,)."""
+    return lofast.theorem1_limit((s.VO_norm * s.P_norm).sum(-1), s.m_coarse, s.value_norm, s.w.dh, 1.0)
+
+
+def second_order_at(s: InputState, eps) -> Tensor:
+    """harness.bounds.second_order.delta at the state: U = the layer truth, or its certified upper estimate when the
+    state was built with `certify` (the truth approaches ||J|| from below); K from the exact ||M_l||."""
+    truth = s.truth_layer
+    U = s.upper.get("layer", truth) if s.certify is not None else truth
+    t = second_order.curvature_terms(s.X, s.w, s.m_fine, s.causal, xvo=s.value_norm)
+    return second_order.delta(U, t, torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device))
