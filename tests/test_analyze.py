@@ -369,3 +369,28 @@ def test_images_that_are_not_an_image_batch_are_one_line(saved, tmp_path, capsys
         rc = cli.main(["--model", saved["vit"], "--images", str(target), "--no-progress"])
         err = capsys.readouterr().err
         assert rc == 2 and "--images" in err and "Traceback" not in err, (target, err)
+
+
+def test_report_figures_keep_series_and_ticks_apart(tmp_path):
+    """Colour-bar labels differ from their neighbours even on a narrow range; a layer series equal to another is
+    found (and labelled so in layers.png); every series gets its own style."""
+    import pandas as pd
+
+    from harness.analyze import report
+
+    labels = report._distinct_labels([1.0801, 1.0852, 1.0899, 1.0951])
+    assert len(set(labels)) == 4
+    a = pd.Series([3.0, 2.0], index=[0, 1])
+    assert report._coincident({"second_order": a, "best": a.copy(), "fine": a * 2}) == {"best": "second_order"}
+    styles = report._styles(25)
+    assert len({(s["color"], s["marker"], s["ls"]) for s in styles}) == 25
+    rows = [dict(input=0, layer=l, head=-1, scope="layer", method=m, kind=k, bounds=b, ratio=r, value=r, truth=1.0,
+                 n_tokens=4, sound=True, note="")
+            for l in (0, 1) for m, k, b, r in (
+                ("truth", "exact", "local", 1.0), ("castin", "upper", "local", 50.0),
+                ("second_order", "upper", "eps-ball", 1.2), ("best", "upper", "eps-ball", 1.2),
+                ("pgd", "lower", "eps-ball", 0.9))]
+    df = pd.DataFrame(rows)
+    df.attrs["eps"] = 0.01
+    report.layer_plot(df, tmp_path / "layers.png")
+    assert (tmp_path / "layers.png").stat().st_size > 0

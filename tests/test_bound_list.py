@@ -95,8 +95,13 @@ def test_same_bound_same_value_in_registry_certificates_lofast_and_analyze():
         reg = R.get(name, "layer").fn(s, e)
         assert torch.allclose(reg, certify.layer_delta(t, e, name), rtol=1e-9), name
     assert torch.allclose(R.get("fine", "layer").fn(s, e), lofast.delta(X, w, e, residual=False), rtol=1e-9)
-    val, _ = _extra(AnalyzeState(X, w), 0.05, 0, 0, 0, {"lofast_delta"})[("lofast_delta", "layer")]
-    assert torch.allclose(val * 0.05, R.get("fine", "layer").fn(s, e), rtol=1e-9)
+    extra = _extra(AnalyzeState(X, w), 0.05, 0, 0, 0, set(certify.bound_list()))
+    for name in certify.BOUNDS:  # analyze reports every certificate under its registry name, / eps
+        val, _ = extra[(name, "layer")]
+        assert torch.allclose(val * 0.05, certify.layer_delta(t, e, name), rtol=1e-9), name
+    assert {k for k in extra if k[0] in certify.bound_list()} == {(b, "layer") for b in certify.bound_list()}
+    for name in certify.CERTIFICATES:  # from the certified truth (AnalyzeState), so not below the plain one
+        assert (extra[(name, "layer")][0] * 0.05 >= R.get(name, "layer").fn(s, e) * (1 - 1e-12)).all(), name
 
 
 def test_plugin_honours_scope_name_and_kind(plug):

@@ -9,10 +9,9 @@ bounds: "local" = the local Lipschitz constant ||J(X)|| = `truth`; "eps-ball" = 
 converged, guaranteed, sound, user (a plug-in bound).
 Soundness (registry.is_sound, the registry's one rule): a "local" upper bound below the truth is unsound; an
 "eps-ball" upper bound is checked against PGD at the same eps, the "ball" lower bound (Prop. 3.4) against Castin's
-upper bound. lofast_delta is the registry's ball-change bound "fine" (Theorem 1, exact ||M_l||, c = 1) / eps;
-second_order (the certified truth plus a curvature term, harness.bounds.second_order) and best (the minimum of
-every built-in certificate) are the registry's bounds of those names / eps, from the certified truth;
-plug-ins registered with bounds="ball_change" join it as eps-ball rows, checked against PGD the same way.
+upper bound. Every certificate of the registry (bounds="ball_change": Theorem 1's naive / coarse / fine / sharp /
+refined, second_order, best, and the plug-ins registered so) is an eps-ball row under its registry name, its
+delta(X, eps) / eps, checked against PGD the same way; second_order rests on the state's certified truth.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ import torch
 
 from harness.analyze import modern, validate
 from harness.analyze.inputs import load_model, model_inputs
-from harness.analyze.state import CERTIFICATES, EXTRA, AnalyzeState, rows_extra, truth_uppers
+from harness.analyze.state import EXTRA, AnalyzeState, ball_change_names, rows_extra, truth_uppers
 from harness.bounds import castin, lofast, registry
 from harness.kernels.attention import AttentionWeights
 from harness.models.adapters import adapter_for, lengths
@@ -65,14 +64,9 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
     yes = torch.ones(G, dtype=torch.bool)
     out = truth_uppers(s)
     e = float(eps)
-    if e > 0 and ok("lofast_delta"):
-        out[("lofast_delta", "layer")] = (registry.get("fine", "layer").fn(s, e) / e, yes)
-    for name in CERTIFICATES:  # certified: the state's truth carries its KW upper estimate
-        if e > 0 and ok(name):
-            out[(name, "layer")] = (registry.get(name, "layer").fn(s, e) / e, yes)
-    for b in registry.bounds(scope="layer", what="ball_change", causal=s.causal or None):  # plug-ins: per eps
-        if e > 0 and b.user and ok(b.name):
-            out[(b.name, "layer")] = (b.fn(s, e) / e, yes)
+    if e > 0:  # every certificate of the registry (second_order's U: the state's certified truth), / eps
+        for name, v in registry.ball_changes(s, e, [n for n in ball_change_names() if ok(n)]).items():
+            out[(name, "layer")] = (v / e, yes)
     if e > 0 and ok("pgd") and pgd_steps > 0 and not s.causal:
         with torch.enable_grad():
             pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
@@ -112,7 +106,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     error). max_tokens: truncation length of texts (and token-id inputs); more than the model's positions is an
     error; None: default_max_tokens (None: no limit), capped at the model's positions with a notice in
     df.attrs["notices"]. dtype/device: where the bounds are computed (the forward pass runs in the
-    model's own weights). eps: Theorem 1's radius for lofast_delta and pgd (0 skips them). methods: registry
+    model's own weights). eps: the radius of the certificates' eps-ball rows and of pgd (0 skips them). methods: registry
     names and EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added
     to the registry and checked against the truth. fail_prob: failure probability of truth_upper; certify_steps: Lanczos
     products before the truths may stop (a longer first Krylov cycle tightens truth_upper). `timings`, if given, is

@@ -15,16 +15,15 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.analyze.state import CERTIFICATES, EXTRA, AnalyzeState, rows_extra, truth_uppers
+from harness.analyze.state import EXTRA, AnalyzeState, ball_change_names, rows_extra, truth_uppers
 from harness.bounds import registry
 from harness.kernels.pgd import pgd_maximize
 from harness.models.adapters_modern import AttentionMap
 
 Tensor = torch.Tensor
+CERTIFICATE_NOT_PROVEN = ("the eps-ball certificates bound the change of standard scores x_i W_Q W_K^T x_j / sqrt(dh) "
+                          "(||W_Q W_K^T||-type factors and their second derivative)")
 NOT_PROVEN_EXTRA = {  # analyze's own methods that assume standard scores -> the reason they are n/a
-    "lofast_delta": "LoFAST Thm 1's finite-eps delta uses ||W_Q W_K^T||-type factors of standard scores",
-    "second_order": "the curvature term bounds the second derivative of standard scores (docs/math.md §1)",
-    "best": "its Theorem 1 and second-order members assume standard scores",
     "prop34": "Castin Prop. 3.4 is for standard scores x_i^T A x_j without position terms",
     "gamma_R2": "Castin's gamma is for standard scores x_i^T A x_j without position terms",
     "log10_n_star": "Castin's gamma is for standard scores x_i^T A x_j without position terms",
@@ -106,10 +105,10 @@ def extra(s: MapState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
         obj = lambda Z: (s.amap.layer(Z) - F0).flatten(-2).norm(dim=-1)
         res = pgd_maximize(obj, s.X, e, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
         out[("pgd", "layer")] = (res.value / e, yes)
-    scopes = {"lofast_delta": "layer", "second_order": "layer", "best": "layer", "prop34": "head", "gamma_R2": "head",
-              "log10_n_star": "head"}
-    eps_ball = ("lofast_delta", *CERTIFICATES)  # need eps > 0
-    na = {(m, scopes[m]): why for m, why in NOT_PROVEN_EXTRA.items() if ok(m) and (m not in eps_ball or e > 0)}
+    scopes = {"prop34": "head", "gamma_R2": "head", "log10_n_star": "head"}
+    na = {(m, scopes[m]): why for m, why in NOT_PROVEN_EXTRA.items() if ok(m)}
+    if e > 0:  # the certificates' eps-ball terms bound the change of standard scores q k^T / sqrt(dh) only
+        na.update({(m, "layer"): CERTIFICATE_NOT_PROVEN for m in ball_change_names() if ok(m)})
     return out, na
 
 
@@ -143,7 +142,7 @@ def rows(X: Tensor, amap: AttentionMap, names: Optional[List[str]], meta: Sequen
     want = None if methods is None else set(methods)
     ex, na_extra = extra(s, eps, pgd_steps, pgd_restarts, seed, want)
     out += rows_extra(s, ev, ex, meta)
-    kinds = {b.name: (b.kind, "local", b.user) for b in registry.bounds()}
+    kinds = {b.name: (b.kind, "eps-ball" if b.bounds == "ball_change" else "local", b.user) for b in registry.bounds()}
     kinds.update({m: (v[1], v[2], False) for m, v in EXTRA.items()})
     out += na_rows(ev, {**na, **na_extra}, kinds, meta)
     return out

@@ -13,7 +13,8 @@ import pandas as pd
 SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin", "jasmin": "JaSMin",
          "jasmin_g1": "JaSMin-g1", "lofast_fine": "LoF-fine", "lofast_coarse": "LoF-coarse",
          "lofast_sharp": "LoF-sharp", "lofast_refined": "LoF-refined", "lofast_naive": "LoF-naive",
-         "lofast_delta": "LoF-delta", "second_order": "2nd-order", "best": "best cert.", "pgd": "PGD"}
+         "naive": "cert-naive", "coarse": "cert-coarse", "fine": "cert-fine", "sharp": "cert-sharp",
+         "refined": "cert-refined", "second_order": "cert-2nd-order", "best": "cert-best", "pgd": "PGD"}
 
 
 def _layer_methods(df) -> List[str]:
@@ -105,6 +106,15 @@ def _log_ticks(lo: float, hi: float) -> List[float]:
     return list(np.geomspace(lo, hi, 4))
 
 
+def _distinct_labels(values: List[float]) -> List[str]:
+    """Tick labels with as many significant digits as it takes for neighbours to differ (3 to 8)."""
+    for digits in range(3, 9):
+        labels = [f"{x:.{digits}g}" for x in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
+
+
 def heatmap(df, path) -> None:
     """Layers x heads, ratio bound / true ||J_head|| (median over inputs) per head-scope upper bound, each panel on
     its own log colour scale and colour bar: one scale shared by bounds 1e1 and 1e9 x the truth would paint every
@@ -140,7 +150,9 @@ def heatmap(df, path) -> None:
         ax.set_ylabel("layer")
         ax.set_yticks(range(len(t.index)), [str(i) for i in t.index])
         cb = fig.colorbar(im, ax=ax)
-        cb.set_ticks(_log_ticks(lo, hi), labels=[f"{x:.3g}" for x in _log_ticks(lo, hi)], minor=False)
+        ticks = _log_ticks(lo, hi)
+        cb.set_ticks(ticks, labels=_distinct_labels(ticks), minor=False)
+        cb.set_label("bound / true ||J_head||", fontsize=8)
         cb.ax.minorticks_off()
         cb.ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(methods):]:
@@ -151,30 +163,71 @@ def heatmap(df, path) -> None:
     plt.close(fig)
 
 
-STYLES = [dict(color=c, ls=ls, marker=mk, ms=4) for ls, mk in (("-", "o"), ("--", "s"), (":", "^"))
-          for c in ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")]
+def _styles(k: int) -> List[dict]:
+    """k distinct styles: 20 colours (tab20, pairs split apart), then the marker and line style change as well."""
+    import matplotlib
+
+    tab = matplotlib.colormaps["tab20"].colors
+    colours = tab[0::2] + tab[1::2]  # the strong ten first
+    marks, lines = "osD^vP*Xh<", ("-", "--", ":", "-.")
+    return [dict(color=colours[i % 20], marker=marks[i % 10], ls=lines[(i // 10) % 4], ms=4) for i in range(k)]
+
+
+def _coincident(series: dict) -> dict:
+    """method -> the earlier method whose per-layer values it equals (relative 1e-9), for the legend."""
+    same, seen = {}, []
+    for m, s in series.items():
+        for other in seen:
+            o = series[other]
+            if o.index.equals(s.index) and np.allclose(o.values, s.values, rtol=1e-9, atol=0):
+                same[m] = same.get(other, other)
+                break
+        seen.append(m)
+    return same
 
 
 def layer_plot(df, path) -> None:
-    """Ratio bound / true ||J_F(X)|| per layer (median over inputs) of every layer-scope method, log scale: the
-    same numbers as layer_table (and the README's table); the truth is the line at 1."""
+    """Ratio bound / true ||J_F(X)|| per layer (median over inputs) of every layer-scope method, log scale, in two
+    panels: bounds on the local constant (the same numbers as layer_table and the README's table), and the eps-ball
+    certificates delta(X, eps) / eps with PGD. Every series has its own colour and marker; a series equal to an
+    earlier one is drawn with a large open marker and labelled "(= that one)", so coincident bounds stay visible."""
     import matplotlib.pyplot as plt
 
     d = df[df["scope"] == "layer"]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    ax.axhline(1.0, color="black", lw=2.5, label="truth (= 1)")
-    for i, m in enumerate(x for x in _layer_methods(df) if x != "truth"):
-        s = d[d["method"] == m].groupby("layer")["ratio"].median()
-        s = s[np.isfinite(s) & (s > 0)]
-        if len(s):
-            ax.plot(s.index, s.values, label=SHORT.get(m, m), **STYLES[i % len(STYLES)])
-    ax.set_yscale("log")
-    ax.set_xlabel("layer")
-    ax.set_xticks(sorted(set(d["layer"])))
-    ax.set_ylabel("bound / true ||J_F(X)|| (median over inputs)")
-    ax.set_title("Attention layers: each bound as a multiple of the true local Lipschitz constant")
-    ax.grid(True, which="major", axis="y", alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    methods = [x for x in _layer_methods(df) if x != "truth"]
+    kinds = d.drop_duplicates("method").set_index("method")["bounds"] if "bounds" in d else pd.Series(dtype=str)
+    panels = [("local", [m for m in methods if kinds.get(m) != "eps-ball"]),
+              ("eps-ball", [m for m in methods if kinds.get(m) == "eps-ball"])]
+    panels = [p for p in panels if p[1]] or [("local", [])]
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.2 * len(panels) + 1.5, 4.4), squeeze=False)
+    for ax, (what, ms) in zip(axes[0], panels):
+        ax.axhline(1.0, color="black", lw=2.5, label="truth (= 1)")
+        series = {}
+        for m in ms:
+            s = d[d["method"] == m].groupby("layer")["ratio"].median()
+            s = s[np.isfinite(s) & (s > 0)]
+            if len(s):
+                series[m] = s
+        same = _coincident(series)
+        for st, (m, s) in zip(_styles(len(series)), series.items()):
+            label = SHORT.get(m, m)
+            if m in same:
+                st = dict(st, ms=9, mfc="none", mew=1.4, ls="none")
+                label += f" (= {SHORT.get(same[m], same[m])})"
+            ax.plot(s.index, s.values, label=label, **st)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_xticks(sorted(set(d["layer"])))
+        ax.grid(True, which="major", axis="y", alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+        if what == "eps-ball":
+            eps = df.attrs.get("eps")
+            ax.set_ylabel("delta(X, eps) / eps / true ||J_F(X)||")
+            ax.set_title("eps-ball certificates" + (f" at eps = {eps:g}" if eps else "") + " and PGD", fontsize=10)
+        else:
+            ax.set_ylabel("bound / true ||J_F(X)|| (median over inputs)")
+            ax.set_title("Bounds on the local Lipschitz constant", fontsize=10)
+    fig.suptitle("Attention layers: each bound as a multiple of the true local Lipschitz constant", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

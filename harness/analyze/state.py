@@ -16,17 +16,17 @@ from harness.kernels.layer import certified_norm
 Tensor = torch.Tensor
 EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
     "truth_upper": ("both", "upper", "local", "true ||J(X)||, certified upper estimate (prob. >= 1 - fail_prob)"),
-    "lofast_delta": ("layer", "upper", "eps-ball", "LoFAST Thm 1 delta(X, eps) / eps"),
-    "second_order": ("layer", "upper", "eps-ball", "second-order certificate: certified ||J|| + eps/2 x curvature"),
-    "best": ("layer", "upper", "eps-ball", "minimum of every built-in certificate / eps"),
     "pgd": ("layer", "lower", "eps-ball", "PGD max ||F(X') - F(X)||_F / eps"),
     "prop34": ("head", "lower", "ball", "Castin Prop. 3.4 lower bound on B_R^n (bias-free map)"),
     "gamma_R2": ("head", "info", "ball", "Castin gamma R^2 (bias-free A)"),
     "log10_n_star": ("head", "info", "ball", "log10 n* = gamma R^2 / ln 10 (sqrt(n) growth below n*)"),
 }
-# the registry's built-in certificates beyond Theorem 1 (second_order, best): analyze reports them by name
-CERTIFICATES = tuple(b.name for b in registry.bounds(scope="layer", what="ball_change")
-                     if not b.user and b.theorem1 is None)
+
+
+def ball_change_names() -> List[str]:
+    """The registry's eps-ball certificates (built-in and plug-in), which analyze reports under their registry
+    names as delta(X, eps) / eps."""
+    return registry.bound_names(what=["ball_change"])
 
 
 class AnalyzeState(InputState):
@@ -60,15 +60,17 @@ def truth_uppers(s: AnalyzeState) -> dict:
 
 def rows_extra(s: AnalyzeState, ev: registry.Evaluation, extra: dict, meta: Sequence[dict]) -> List[dict]:
     """Table rows of analyze's own methods `extra` ({(method, scope): (values, guaranteed)}; a name outside EXTRA
-    is a ball-change plug-in), each with its soundness (registry.is_sound) against the truth, PGD or Castin."""
+    is a registry certificate), each with its soundness (registry.is_sound) against the truth, PGD or Castin."""
     rows = []
     for (name, scope), (val, ok) in extra.items():
-        _, kind, bounds, _ = EXTRA.get(name, ("layer", "upper", "eps-ball", name))  # else a ball-change plug-in
+        if name in EXTRA:
+            _, kind, bounds, _ = EXTRA[name]
+            uses, user = (), False
+        else:  # a registry certificate: delta(X, eps) / eps
+            b = registry.get(name, "layer")
+            kind, bounds, uses, user = b.kind, "eps-ball", b.uses, b.user
         truth = ev.truth(scope).detach().cpu()
-        uses = registry.get(name, "layer").uses if name in CERTIFICATES else ()
-        uses = ("zeta", "m") if name == "lofast_delta" else uses
         tconv = s.all_converged(["truth_" + scope, *uses]).cpu()
-        user = name not in EXTRA
         val = val.detach().cpu()
         ref = None  # what the soundness of this row is checked against
         if bounds == "local":
