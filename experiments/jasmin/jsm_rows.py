@@ -13,6 +13,26 @@ from experiments.jasmin import grids
 from harness.catalog import Context, experiment
 
 
+def _proposition1_columns(P, ex, g1) -> Dict[str, list]:
+    """Per (head, query), over the samples: for each k of proposition1.KS the share of rows where Proposition 1
+    applies and the largest exact / bound among them (NaN if none); the share where eq. 10 applies and whether it
+    held in every one."""
+    import torch
+
+    from experiments.jasmin import proposition1
+
+    out = {}
+    for k in proposition1.KS:
+        applies, ratio = proposition1.prop1(P, ex, k)
+        worst = torch.where(applies, ratio, torch.full_like(ratio, -float("inf"))).amax(0)
+        out[f"prop1_k{k}_share"] = applies.double().mean(0).tolist()
+        out[f"prop1_k{k}_ratio_max"] = torch.where(applies.any(0), worst, torch.full_like(worst, float("nan"))).tolist()
+    applies, holds = proposition1.eq10(P, g1)
+    out["eq10_share"] = applies.double().mean(0).tolist()
+    out["eq10_holds"] = holds.all(0).tolist()
+    return out
+
+
 @experiment
 class JasminJsmRows(common.LayersExperiment):
     """JaSMin Fig. 2: exact ||J_sm(P_i)|| and g_1(P_i) per query row of every layer/head."""
@@ -47,12 +67,14 @@ class JasminJsmRows(common.LayersExperiment):
             rmin = torch.where(valid, ratio, torch.full_like(ratio, float("inf"))).amin(0).tolist()
             rmax = torch.where(valid, ratio, torch.full_like(ratio, -float("inf"))).amax(0).tolist()
             exm, g1m, pm, cnt = ex.mean(0).tolist(), g1.mean(0).tolist(), P.amax(-1).mean(0).tolist(), cnt.tolist()
+            extra = _proposition1_columns(P, ex, g1)  # column -> (h, n) over the samples
             for hd in range(h):
                 for q in range(n):
                     has = cnt[hd][q] > 0
                     rows.append(dict(model=name, layer=l, head=hd, query=q, n=n, samples=B, jsm_exact=exm[hd][q],
                                      g1=g1m[hd][q], p_max=pm[hd][q], ratio_mean=rmean[hd][q] if has else nan,
-                                     ratio_min=rmin[hd][q] if has else nan, ratio_max=rmax[hd][q] if has else nan))
+                                     ratio_min=rmin[hd][q] if has else nan, ratio_max=rmax[hd][q] if has else nan,
+                                     **{c: v[hd][q] for c, v in extra.items()}))
         return rows
 
     def figures(self, table, outdir):
@@ -69,8 +91,38 @@ class JasminJsmRows(common.LayersExperiment):
         ok = bool((table["g1"] >= table["jsm_exact"] * (1 - 1e-6)).all())
         lines += ["", f"g_1 >= exact in every row mean: {'yes' if ok else 'NO'} (Cor. 1). Paper: ViT-L on ImageNet; "
                   "here MiniLM on Alice text and our Fashion-MNIST ViT."]
+        lines += ["", _proposition1_summary(table)]
         lines += ["", f"Verdict (Fig. 2: per query row, g_1(P_i) lies above the exact ||J_sm(P_i)|| and follows it): "
                   f"**{'reproduced' if ok else 'not reproduced'}** on {table['model'].nunique()} model(s), "
                   f"{len(table)} rows: g_1 / exact from {table['ratio_min'].min():.4f} to "
                   f"{table['ratio_max'].max():.4f}."]
         return "\n".join(lines)
+
+
+def _proposition1_summary(table) -> str:
+    """Proposition 1 and eq. 10 on the rows: where each applies, the largest exact / bound, and a verdict."""
+    from experiments.jasmin.proposition1 import KS
+
+    if "eq10_holds" not in table:
+        return "Proposition 1 / eq. 10: not in this table (made before they were checked)."
+    lines = ["Proposition 1 (g_1 / g_k <= gamma, 1 <= gamma <= k/4 => ||J_sm|| <= (1 - sqrt(1 - 4 gamma/k)) / 2, "
+             "with gamma = the row's own g_1 / g_k) and eq. 10 (g_1 < 1/4 => p_(1) outside the middle interval), on "
+             "the same rows: share of rows where each applies and the largest exact / bound there (<= 1: holds).", "",
+             "| model | " + " | ".join(f"Prop. 1, k = {k}: applies / max exact/bound" for k in KS)
+             + " | eq. 10: applies / holds |", "|---|" + "---|" * (len(KS) + 1)]
+    ok = True
+    for name, s in table.groupby("model"):
+        cells = []
+        for k in KS:
+            share, worst = s[f"prop1_k{k}_share"].mean(), s[f"prop1_k{k}_ratio_max"].max()
+            ok &= not (worst > 1 + 1e-9)
+            cells.append(f"{share:.1%} / {worst:.3f}" if share > 0 else "0 / -")
+        held = bool(s["eq10_holds"].astype(bool).all())
+        ok &= held
+        eq10 = f"{s['eq10_share'].mean():.1%} / {'yes' if held else 'NO'}"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {eq10} |")
+    lines += ["", f"Verdict (Prop. 1, eq. 10): **{'reproduced' if ok else 'not reproduced'}**: "
+              + ("every row where they apply satisfies them; exact / bound shows how much room the bound leaves "
+                 "(||J_sm|| <= g_1 <= gamma g_k <= gamma / k, below the proposition's bound)." if ok
+                 else "a row breaks a bound: see the table above.")]
+    return "\n".join(lines)
