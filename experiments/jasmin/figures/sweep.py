@@ -82,15 +82,19 @@ def accuracy_figure(table, acc, outdir) -> List:
         sub = acc[acc["method"] == m].set_index("col")
         vals = [sub["mean"].get(c, np.nan) for c in cols]
         err = np.nan_to_num([sub["std"].get(c, np.nan) for c in cols])
-        ax.bar(np.arange(len(cols)) + (i - (len(methods) - 1) / 2) * w, vals, w, yerr=err, color=st[m]["color"],
-               hatch=st[m]["hatch"], edgecolor="white", linewidth=0.3, error_kw=dict(lw=0.6), label=m)
+        one = "seeds" in sub and int(sub["seeds"].max()) == 1  # a single training seed: no spread to show
+        ax.bar(np.arange(len(cols)) + (i - (len(methods) - 1) / 2) * w, vals, w, yerr=None if one else err,
+               color=st[m]["color"], hatch=st[m]["hatch"], edgecolor="black" if one else "white",
+               linewidth=0.6 if one else 0.3, linestyle=":" if one else "-", alpha=0.6 if one else 1.0,
+               error_kw=dict(lw=0.6), label=m + (" (1 seed)" if one else ""))
     ax.set_xticks(np.arange(len(cols)), [attack_label(c) for c in cols], rotation=20, ha="right")
     ax.set_xlabel("attack, its norm and budget eps (pixels in [0, 1]: l_inf eps in 1/255, l2 eps over the whole "
                   "image)")
     ax.set_ylabel("test accuracy (%)")
     seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
     return plotting.finish(fig, outdir, "jasmin_sweep_accuracy", ref(table), "Accuracy under attack per training "
-                           f"regularizer (bars: mean, whiskers: std over up to {seeds} training seeds)",
+                           f"regularizer (bars: mean, whiskers: std over up to {seeds} training seeds; pale "
+                           "dotted bars rest on one seed)",
                            note=sweep_note(table), ncol=4)
 
 
