@@ -101,8 +101,10 @@ def test_cli_prints_each_missing_item_once_and_fails(nothing, capsys):
 
 def test_missing_data_a_cell_raises_is_grouped_with_its_fix():
     """A MissingData raised while running (no declaration, a download that failed) joins the same summary."""
-    st = [{"experiment": "e", "key": str(i), "label": f"n={i}", "status": "missing_data",
-           "error": "MissingData: folder absent", "fix": "attnlip data fetch x"} for i in range(3)]
+    from harness.run.specs import CellStatus
+
+    st = [CellStatus(experiment="e", key=str(i), label=f"n={i}", status="missing_data",
+                     error="MissingData: folder absent", fix="attnlip data fetch x") for i in range(3)]
     r = runner.ExpResult("e", 3, missing_data=3, errors=st)
     s = runner.missing_summary([r])
     assert s.count("folder absent") == 1 and s.count("fix: attnlip data fetch x") == 1 and "needed by 3" in s

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 from .. import config as _config
 from ..errors import AttnLipError
 from .specs import CellSpec, CellStatus, lost
-from .worker import run_cells, run_one, worker_init
+from .worker import run_cells, run_one, run_sent, worker_init
 
 SLURM_PROBE_TIMEOUT_S = 15.0  # how long `sinfo` may take before the cluster counts as not answering
 SLURM_POLL_S = 2.0  # how often `squeue` is asked for job states while waiting
@@ -65,14 +65,14 @@ def execute(specs: List[CellSpec], cfg, desc: str = "cells") -> List[CellStatus]
         try:
             with _pbar(len(specs), desc, cfg.progress) as bar:
                 for s in specs:
-                    bar.set_postfix_str(s["label"][:40], refresh=False)
+                    bar.set_postfix_str(s.label[:40], refresh=False)
                     out.append(run_one(s))
                     bar.update()
         finally:
             torch.set_num_threads(before)
         return out
     threads = threads_per_worker(cfg)
-    specs = [CellSpec(**{**s, "threads": threads}) for s in specs]
+    specs = [s.but(threads=threads) for s in specs]
     if cfg.executor == "process":
         return _execute_pool(specs, cfg, desc, threads)
     return _execute_submitit(specs, cfg, desc, threads)
@@ -111,10 +111,10 @@ def _pool_round(specs: List[CellSpec], jobs: int, threads: int, fresh: bool, out
     kw = {"max_tasks_per_child": 1} if fresh else {}
     with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=mp.get_context("spawn"),
                              initializer=worker_init, initargs=(threads, os.getpid()), **kw) as pool:
-        futs = {pool.submit(run_one, s): s for s in specs}
+        futs = {pool.submit(run_sent, s.to_dict()): s for s in specs}  # plain dicts across the boundary
         for f in as_completed(futs):
             try:
-                out.append(f.result())
+                out.append(CellStatus.from_dict(f.result()))
             except BrokenProcessPool:  # the worker died (killed by the OS), not the cell code: retried by the caller
                 dead.append(futs[f])
                 continue
@@ -190,14 +190,14 @@ def _execute_submitit(specs: List[CellSpec], cfg, desc: str, threads: int) -> Li
         n = min(cfg.jobs, len(specs))
         chunks = [specs[i::n] for i in range(n)]
     ex.update_parameters(**params)
-    jobs = ex.map_array(run_cells, chunks)
+    jobs = ex.map_array(run_cells, [[s.to_dict() for s in c] for c in chunks])  # plain dicts across the boundary
     with _pbar(len(specs), desc, cfg.progress) as bar:
         return _collect(list(zip(jobs, chunks)), cluster == "slurm", bar)
 
 
 def _result(job, chunk: List[CellSpec]) -> List[CellStatus]:
     try:
-        return job.result()
+        return [CellStatus.from_dict(d) for d in job.result()]
     except Exception as e:  # noqa: BLE001 - job crashed / was killed: its cells count as failed unless cached
         return [lost(s, f"submitit job {job.job_id} failed: {e}") for s in chunk]
 

@@ -91,8 +91,8 @@ def _record(store: CellCache, t, statuses: Optional[Statuses]) -> Optional[CellR
     try:
         return store.load(t.experiment, t.key)
     except (FileNotFoundError, CorruptCell):
-        st = (statuses or {}).get(t.key) or {}
-        return st.get("record")  # computed, but the cache could not be written (read-only / full disk)
+        st = (statuses or {}).get(t.key)
+        return st.record if st else None  # computed, but the cache could not be written (read-only / full disk)
 
 
 def load_rows(p, cfg, statuses: Optional[Statuses] = None) -> List[Dict[str, Any]]:
@@ -221,8 +221,8 @@ def _cell_entries(p, store: CellCache, statuses: Optional[Statuses]) -> List[Dic
             entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"),
                          **rec.get("meta", {}))
         else:
-            st = (statuses or {}).get(t.key, {})
-            entry.update(status=st.get("status", "missing"), error=st.get("error"))
+            st = (statuses or {}).get(t.key)
+            entry.update(status=st.status if st else "missing", error=st.error if st else None)
         cells.append(entry)
     return cells
 

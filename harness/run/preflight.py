@@ -114,15 +114,13 @@ def from_error(message: str, fix: str) -> Missing:
     return {"item": f"data ({fix})" if fix else "data", "message": message, "fix": fix}
 
 
-def items_of(status: Dict[str, Any]) -> List[Missing]:
-    """The missing items a missing_data status carries: those found before running, else (a cell that raised
-    MissingData while running) its error and fix."""
-    got = status.get("missing")
-    if got:
-        return list(got)
-    msg = str(status.get("error", ""))
-    return [from_error(msg[len("MissingData: "):] if msg.startswith("MissingData: ") else msg,
-                       status.get("fix") or "")]
+def items_of(status) -> List[Missing]:
+    """The missing items a missing_data status (harness.run.specs.CellStatus) carries: those found before running,
+    else (a cell that raised MissingData while running) its error and fix."""
+    if status.missing:
+        return list(status.missing)
+    msg = str(status.error or "")
+    return [from_error(msg[len("MissingData: "):] if msg.startswith("MissingData: ") else msg, status.fix or "")]
 
 
 def _grouped(pairs) -> List[Dict[str, Any]]:
@@ -137,8 +135,8 @@ def _grouped(pairs) -> List[Dict[str, Any]]:
 def summary(results: Sequence[Any], show: int = 4) -> str:
     """MISSING DATA: each missing item once (its message, the cells that need it, its fix), over the ExpResults
     of a run."""
-    skipped = [(r, e) for r in results for e in r.errors if e.get("status") == "missing_data"]
-    groups = _grouped((m, f"{r.name} [{e['label']}]") for r, e in skipped for m in items_of(e))
+    skipped = [(r, e) for r in results for e in r.errors if e.status == "missing_data"]
+    groups = _grouped((m, f"{r.name} [{e.label}]") for r, e in skipped for m in items_of(e))
     lines = [f"MISSING DATA: {len(skipped)} cell(s) skipped; the run fails until these are there "
              f"({len(groups)} item(s)):"]
     for g in groups:

@@ -69,9 +69,9 @@ def _wait_for_claims(specs: List[CellSpec], cfg: RunConfig, statuses: Dict[str, 
     while pending:
         still = []
         for s in pending:
-            if store.exists(s["experiment"], s["key"]):
-                statuses[s["key"]] = status_of(s, "elsewhere")
-            elif _claims.claimed_elsewhere(cfg.cache_dir, s["experiment"], s["key"]):
+            if store.exists(s.experiment, s.key):
+                statuses[s.key] = status_of(s, "elsewhere")
+            elif _claims.claimed_elsewhere(cfg.cache_dir, s.experiment, s.key):
                 still.append(s)
             else:
                 again.append(s)
@@ -85,10 +85,10 @@ def _execute_all(todo: List[CellSpec], cfg: RunConfig, desc: str, statuses: Dict
     for _ in range(3):  # claimed elsewhere -> wait -> abandoned claims are run here
         claimed = []
         for st in execute(todo, cfg, desc=desc):
-            if st["status"] == "claimed":
-                claimed.append(next(s for s in todo if s["key"] == st["key"]))
+            if st.status == "claimed":
+                claimed.append(next(s for s in todo if s.key == st.key))
             else:
-                statuses[st["key"]] = st
+                statuses[st.key] = st
         todo = _wait_for_claims(claimed, cfg, statuses) if claimed else []
         if not todo:
             return
@@ -103,13 +103,13 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
         st = statuses.get(t.key)
         if st is None:
             continue
-        if st["status"] == "ok":
+        if st.status == "ok":
             r.computed += 1
-            r.uncached += not st.get("cached", True)
-            r.cache_error = r.cache_error or str(st.get("cache_error") or "")
-        elif st["status"] == "elsewhere":
+            r.uncached += st.cached is False
+            r.cache_error = r.cache_error or str(st.cache_error or "")
+        elif st.status == "elsewhere":
             r.elsewhere += 1
-        elif st["status"] == "missing_data":
+        elif st.status == "missing_data":
             r.missing_data += 1
             r.errors.append(st)
         else:
@@ -126,13 +126,13 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
     r.output = out
     r.figure_error = out.get("figure_error")
     r.absent = [t.label for t in p.tasks if t.state != "cached"
-                and (statuses.get(t.key) or {}).get("status") not in ("ok", "elsewhere")]
+                and getattr(statuses.get(t.key), "status", None) not in ("ok", "elsewhere")]
     r.kept = out.get("kept") and out.get("skipped")
     r.command = compute_command([n], cfg)
     r.wall_s = time.perf_counter() - started
     echo(r.line())
     for t in p.tasks:
-        mb = (statuses.get(t.key) or {}).get("peak_rss_mb") or 0
+        mb = getattr(statuses.get(t.key), "peak_rss_mb", None) or 0
         if mb > MEMORY_BUDGET_MB:
             echo(f"warning: {n} [{t.label}]: peak RSS {mb:.0f} MiB exceeds the {MEMORY_BUDGET_MB} MiB budget")
     return "table" in out
@@ -182,7 +182,7 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
 
     if cfg.executor == "serial":  # experiment by experiment: outputs appear as soon as one is done
         for n in names:
-            g = [s for s in todo if s["experiment"] == n]
+            g = [s for s in todo if s.experiment == n]
             if g:
                 t_start[n] = time.perf_counter()
                 _execute_all(g, cfg, n, statuses)
@@ -207,13 +207,13 @@ def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:
     lines: List[str] = []
     for r in results:
         for i, e in enumerate(r.errors):
-            if e.get("status") == "missing_data":  # its message is in missing_summary, once per item
-                lines.append(f"[{r.name}] cell {e['label']}: skipped, missing "
+            if e.status == "missing_data":  # its message is in missing_summary, once per item
+                lines.append(f"[{r.name}] cell {e.label}: skipped, missing "
                              f"{', '.join(m['item'] for m in _preflight.items_of(e))} (see MISSING DATA)")
                 continue
-            head = f"[{r.name}] cell {e['label']}: {e.get('error')}"
-            if full and i == 0 and e.get("traceback"):
-                lines += [head, e["traceback"].rstrip()]
+            head = f"[{r.name}] cell {e.label}: {e.error}"
+            if full and i == 0 and e.traceback:
+                lines += [head, e.traceback.rstrip()]
             else:
                 lines.append(head)
         if r.figure_error:

@@ -44,6 +44,7 @@ from .outputs import load_rows
 from .plan import RunConfig, plan
 from .verify_compare import (ColumnDiff, compare, copies, read_table, roundtrip, staleness,  # noqa: F401
                              tolerance, _compare_value)
+from .specs import CellStatus
 from .worker import make_spec
 
 DEFAULT_SAMPLE = 2  # full scale: the 2 cheapest cells and 2 drawn at random, per experiment
@@ -135,19 +136,20 @@ def _prepare(name: str, folder: Path, run_cfg: RunConfig, n: Optional[int]) -> _
     return job
 
 
-def _finish(job: _Job, run_cfg: RunConfig, statuses: Dict[str, Dict[str, Any]]) -> None:
+def _finish(job: _Job, run_cfg: RunConfig, statuses: Dict[str, CellStatus]) -> None:
     from .preflight import _grouped, items_of
 
     r = job.r
     ok, lacking = [], []
     for t in job.todo:
-        st = statuses.get(t.key) or {}
-        if st.get("status") == "ok":
+        st = statuses.get(t.key)
+        if st is not None and st.status == "ok":
             ok.append(t)
-        elif st.get("status") == "missing_data":
+        elif st is not None and st.status == "missing_data":
             lacking.append((t, st))
         else:
-            r.problems.append(f"cell {t.label}: {st.get('status', 'not run')}: {st.get('error', '')}".rstrip(": "))
+            why = f"{st.status}: {st.error or ''}" if st is not None else "not run"
+            r.problems.append(f"cell {t.label}: {why}".rstrip(": "))
     if lacking:
         r.missing += _grouped((m, t.label) for t, st in lacking for m in items_of(st))
     if ok:
@@ -178,18 +180,18 @@ def verify(names: Sequence[str], cfg: RunConfig, n: Union[int, None, str] = "def
                 jobs.append(_prepare(name, root / name, run_cfg, size))
                 jobs[-1].r.wall_s = time.perf_counter() - t0
         specs = [make_spec(j.exp, t, cfgs[j.r.scale], progress=False) for j in jobs for t in j.todo]
-        specs = list({s["key"]: s for s in specs}.values())  # equal cells of two scales: computed once
+        specs = list({s.key: s for s in specs}.values())  # equal cells of two scales: computed once
         missing = sum(len(g["cells"]) for j in jobs for g in j.r.missing)
         echo(f"verify: recomputing {len(specs)} cell(s) of {sum(j.r.committed for j in jobs)} committed "
              f"experiment table(s) at {', '.join(cfgs)} scale" + (f"; {missing} sampled cell(s) lack data or "
                                                                   f"weights here" if missing else ""))
         t0 = time.perf_counter()
-        statuses = {s["key"]: s for s in execute(specs, cfgs[jobs[0].r.scale] if jobs else cfg, desc="verify")}
+        statuses = {s.key: s for s in execute(specs, cfgs[jobs[0].r.scale] if jobs else cfg, desc="verify")}
         share = (time.perf_counter() - t0) / max(1, len(specs))
         for j in jobs:
             if j.r.committed:
                 _finish(j, cfgs[j.r.scale], statuses)
-                j.r.wall_s += sum((statuses.get(t.key) or {}).get("wall_s") or share for t in j.todo)
+                j.r.wall_s += sum(getattr(statuses.get(t.key), "wall_s", None) or share for t in j.todo)
         shutil.rmtree(tmp, ignore_errors=True)
     return [j.r for j in jobs]
 

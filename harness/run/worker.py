@@ -46,9 +46,9 @@ def _resolve(spec: CellSpec) -> Experiment:
     falling back to loading every experiment module."""
     import importlib
 
-    name = spec["experiment"]
+    name = spec.experiment
     if name not in _catalog._REGISTRY:
-        mod, mfile = spec.get("module") or "", spec.get("module_file")
+        mod, mfile = spec.module or "", spec.module_file
         with contextlib.suppress(Exception):
             if mod.startswith("_attnlip_ext_") and mfile:
                 _catalog.load_module_file(mfile)
@@ -114,34 +114,34 @@ def check_rows(rows: Any) -> List[Dict[str, Any]]:
 def run_one(spec: CellSpec) -> CellStatus:
     """Compute one cell and write its cache file; returns its status (never raises for a cell error)."""
     t0 = time.perf_counter()
-    claim = _claims.try_claim(spec["cache_dir"], spec["experiment"], spec["key"])
+    claim = _claims.try_claim(spec.cache_dir, spec.experiment, spec.key)
     if claim is None:
         return status_of(spec, "claimed", error="being computed by another runner", wall_s=0.0)
-    if not spec.get("force") and _done_meanwhile(spec):  # another runner finished it since this one planned
+    if not spec.force and _done_meanwhile(spec):  # another runner finished it since this one planned
         claim.release()
         return status_of(spec, "elsewhere", wall_s=0.0)
     try:
         exp = _resolve(spec)
-        exp.check_context(spec["dtype"], spec["device"])
-        threads = _config.apply_threads(spec.get("threads"))
-        _register_plugins(spec.get("bounds") or [])
-        ctx = Context(device=spec["device"], dtype=spec["dtype"], seed=spec["seed"], scale=spec["scale"],
-                      cache_dir=Path(spec["cache_dir"]), progress=spec["progress"], threads=threads)
-        seed_everything(int(spec["seed"]))
+        exp.check_context(spec.dtype, spec.device)
+        threads = _config.apply_threads(spec.threads)
+        _register_plugins(spec.bounds or [])
+        ctx = Context(device=spec.device, dtype=spec.dtype, seed=spec.seed, scale=spec.scale,
+                      cache_dir=Path(spec.cache_dir), progress=spec.progress, threads=threads)
+        seed_everything(int(spec.seed))
         _process.retain_freed_memory()  # the cell reuses the blocks it frees (process.py); given back after it
         with _RSS() as rss:
-            rows = check_rows(exp.run(dict(spec["cell"]), ctx))
+            rows = check_rows(exp.run(dict(spec.cell), ctx))
         wall = time.perf_counter() - t0
         meta = {"wall_s": round(wall, 4), "peak_rss_mb": round(rss.peak / 2**20, 1), "threads": threads,
                 "pid": os.getpid(), "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        record = CellRecord(experiment=spec["experiment"], key=spec["key"], cell=spec["cell"], rows=rows,
-                            seed=spec["seed"], dtype=spec["dtype"], scale=spec["scale"], device=spec["device"],
-                            model_source=spec.get("model_source"), data_source=spec.get("data_source"), meta=meta)
+        record = CellRecord(experiment=spec.experiment, key=spec.key, cell=spec.cell, rows=rows,
+                            seed=spec.seed, dtype=spec.dtype, scale=spec.scale, device=spec.device,
+                            model_source=spec.model_source, data_source=spec.data_source, meta=meta)
         try:
-            CellCache(spec["cache_dir"]).save(record)
+            CellCache(spec.cache_dir).save(record)
             cache = {"cached": True}
         except OSError as e:  # read-only or full cache: the rows are still reported, with the real cause
-            cache = {"cached": False, "cache_error": os_error_line(e, spec["cache_dir"]), "record": record}
+            cache = {"cached": False, "cache_error": os_error_line(e, spec.cache_dir), "record": record}
         _failure_log(spec, None)
         status = status_of(spec, "ok", **cache, **meta, n_rows=len(rows))
     except UnsupportedContext as e:
@@ -187,25 +187,30 @@ def _done_meanwhile(spec: CellSpec) -> bool:
     from ..store.cells import CorruptCell
 
     try:
-        CellCache(spec["cache_dir"]).load(spec["experiment"], spec["key"])
+        CellCache(spec.cache_dir).load(spec.experiment, spec.key)
         return True
     except (FileNotFoundError, CorruptCell):
         return False
 
 
-def run_cells(specs: List[CellSpec]) -> List[CellStatus]:
-    """Worker entry point (process pool / submitit job): run a chunk of cells in order."""
-    return [run_one(s) for s in specs]
+def run_sent(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Worker entry point of a process pool: one cell spec as sent (CellSpec.to_dict), its status as a dict."""
+    return run_one(CellSpec.from_dict(spec)).to_dict()
+
+
+def run_cells(specs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Worker entry point of a submitit job: a chunk of cell specs as sent, run in order; statuses as dicts."""
+    return [run_sent(s) for s in specs]
 
 
 def _failure_log(spec: CellSpec, tb: Optional[str]) -> None:
-    p = Path(spec["cache_dir"]) / "failures" / spec["experiment"] / f"{spec['key']}.txt"
+    p = Path(spec.cache_dir) / "failures" / spec.experiment / f"{spec.key}.txt"
     if tb is None:
         with contextlib.suppress(OSError):
             p.unlink()
     else:
         with contextlib.suppress(OSError):
-            atomic_write_text(p, f"{spec['label']}\n{tb}")
+            atomic_write_text(p, f"{spec.label}\n{tb}")
 
 
 def worker_init(threads: int, parent_pid: Optional[int] = None) -> None:
