@@ -18,8 +18,17 @@ SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin"
 
 
 def _layer_methods(df) -> List[str]:
+    """Layer-scope methods: the bounds on the local constant first (as the table holds them), then the eps-ball
+    certificates in the registry's order (naive ... second_order, best, plug-ins), then PGD."""
     d = df[(df["scope"] == "layer") & (df["kind"].isin(["exact", "upper", "lower"]))]
-    return list(dict.fromkeys(d["method"]))
+    methods = list(dict.fromkeys(d["method"]))
+    ball = set(d.loc[d["bounds"] == "eps-ball", "method"]) if "bounds" in d else set()
+    from harness.bounds import registry
+
+    order = {n: i for i, n in enumerate(registry.bound_names(what=["ball_change"]))}
+    return ([m for m in methods if m not in ball]
+            + sorted((m for m in ball if m != "pgd"), key=lambda m: (order.get(m, len(order)), m))
+            + [m for m in methods if m in ball and m == "pgd"])
 
 
 def nonfinite_undeclared(df, lower_too: bool = False) -> np.ndarray:
