@@ -79,13 +79,15 @@ TIGHTNESS_LABELS = {("delta21", "fine"): "delta21^(1) exact ||M||", ("delta21", 
                     ("delta22", "pgd"): "PGD",
                     ("delta", "coarse"): "eq. 23 (zeta, xi)", ("delta", "fine"): "eq. 23 exact ||M|| (ours)",
                     ("delta", "sharp"): "exact ||M||, softmax 1/2 (ours)", ("delta", "naive"): "eq. 23 with eq. 9 (naive)",
-                    ("delta", "pgd"): "PGD + Lemma 1 start", ("delta", "pgd_plain"): "PGD (random starts)"}
+                    ("delta", "pgd"): "PGD + Lemma 1 start", ("delta", "pgd_plain"): "PGD (random starts)",
+                    ("delta", "second_order"): "exact ||J|| + curvature (ours)"}
 
 
 VARIANT_LABELS = {"naive": "naive: delta22^(2) / eq. 23 with eq. 9", "coarse": "paper, xi: delta21^(2) / eq. 23",
                   "fine": "exact ||M||: delta21^(1), delta22^(1) (eq. 15), eq. 23 (ours)",
                   "sharp": "exact ||M||, softmax 1/2 (ours)", "pgd": "PGD lower bound (delta: + Lemma 1 start)",
-                  "pgd_plain": "PGD lower bound, random starts"}
+                  "pgd_plain": "PGD lower bound, random starts",
+                  "second_order": "delta: exact ||J|| eps + curvature eps^2/2 (ours, second-order)"}
 
 
 def readable(model: str) -> str:
@@ -107,7 +109,9 @@ def plot_quantities(table, outdir: Path, stem: str):
 
     def draw(ax, k, t):
         src, q = k
-        for v in ["naive", "coarse", "fine", "sharp", "pgd_plain", "pgd"]:
+        for v in ["naive", "coarse", "fine", "sharp", "second_order", "pgd_plain", "pgd"]:
+            if COLUMN[v] not in t:  # tables made before the second-order certificate existed
+                continue
             s = t.groupby("eps")[COLUMN[v]].mean().dropna()
             if len(s) and (q, v) in TIGHTNESS_LABELS:
                 ax.plot(s.index, s.values, label=VARIANT_LABELS[v], **BOUND_STYLE[v])
@@ -125,7 +129,7 @@ def plot_quantities(table, outdir: Path, stem: str):
 def tightness_summary(table) -> str:
     lines = ["| source | eps | delta21 fine / coarse / sharp / PGD | delta22 ours / naive / PGD | "
              "delta naive / coarse / fine / sharp / PGD (random starts) / PGD (+ Lemma 1 start) | "
-             "Delta_1 = zeta eps (exact) | eq.23 / PGD |", "|---|---|---|---|---|---|---|"]
+             "Delta_1 = zeta eps (exact) | eq.23 / PGD | second-order / PGD |", "|---|---|---|---|---|---|---|---|"]
     for src in sorted(table.source.unique()):
         t = table[table.source == src]
         e = t.eps.max()
@@ -136,7 +140,9 @@ def tightness_summary(table) -> str:
                      f"{f('delta22', ['fine', 'naive', 'pgd'])} | "
                      f"{f('delta', ['naive', 'coarse', 'fine', 'sharp', 'pgd_plain', 'pgd'])} | "
                      f"{float(t[np.isclose(t.eps, e) & (t.quantity == 'delta')].zeta.mean()) * e:.4g} | "
-                     f"{g.loc['delta', 'bound_coarse'] / g.loc['delta', 'pgd']:.3f} |")
+                     f"{g.loc['delta', 'bound_coarse'] / g.loc['delta', 'pgd']:.3f} | "
+                     + (f"{g.loc['delta', 'bound_second_order'] / g.loc['delta', 'pgd']:.3f} |"
+                        if "bound_second_order" in g else "- |"))
     conv = table[table.quantity == "delta"].converged.astype(bool)
     lines += ["", f"Unconverged Lanczos values (end-to-end rows): {int((~conv).sum())} of {len(conv)}.", "",
               "Means over the samples at the largest eps; H = 0 as in eq. 23. 'PGD (+ Lemma 1 start)' also evaluates "
