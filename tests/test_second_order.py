@@ -108,9 +108,11 @@ def test_certificate_is_above_pgd_and_the_exact_change_on_small_balls():
             si = InputState(X[i:i + 1], w, causal=causal, certify=dict(steps=64, fail_prob=1e-9))
             for e in (1e-4, 1e-2, float(eps[i])):
                 change = max(float((F(X[i] + sg * e * v) - F(X[i])).norm()) for sg in (1.0, -1.0))
+                # the difference of two rounded outputs is known to within a few units of roundoff of ||F||
+                fl = 16 * torch.finfo(D64).eps * float(F(X[i] + e * v).norm() + F(X[i]).norm())
                 ei = torch.full((1,), e, dtype=D64)
-                assert float(registry.get("second_order", "layer").fn(si, ei)) >= change * (1 - 1e-9)
-                assert float(registry.get("best", "layer").fn(si, ei)) >= change * (1 - registry.SOUND_RTOL)
+                assert float(registry.get("second_order", "layer").fn(si, ei)) + fl >= change * (1 - 1e-9)
+                assert float(registry.get("best", "layer").fn(si, ei)) + fl >= change * (1 - registry.SOUND_RTOL)
 
 
 def _issue_layer(seed=0, n=16, d=32, h=2):
