@@ -26,9 +26,7 @@ def _layer_methods(df) -> List[str]:
     from harness.bounds import registry
 
     order = {n: i for i, n in enumerate(registry.bound_names(what=["ball_change"]))}
-    return ([m for m in methods if m not in ball]
-            + sorted((m for m in ball if m != "pgd"), key=lambda m: (order.get(m, len(order)), m))
-            + [m for m in methods if m in ball and m == "pgd"])
+    return [m for m in methods if m not in ball] + sorted(ball, key=lambda m: (m == "pgd", order.get(m, len(order)), m))
 
 
 def nonfinite_undeclared(df, lower_too: bool = False) -> np.ndarray:
