@@ -74,6 +74,7 @@ def out_of_range(rule: str, value: Any) -> bool:
 
 from .context import Context  # noqa: E402,F401 - re-exported for experiments (compute code: harness/context.py)
 from .errors import MissingData, UnsupportedContext  # noqa: E402,F401 - re-exported for experiments
+from .settings import COMPUTE_DTYPES  # noqa: E402
 
 
 class NoPaperScale(ValueError):
@@ -117,7 +118,7 @@ class Experiment:
     paired: List[tuple] = []
     description: str = ""
     # What the compute function honours. The runner refuses anything else before computing (UnsupportedContext).
-    dtypes: tuple = ("float64", "float32")
+    dtypes: tuple = COMPUTE_DTYPES
     devices: tuple = ("cpu", "cuda")
     # `run_all.py --verify` (harness.run.verify): per-column tolerance of a recomputed value against the committed
     # table, |now - committed| <= tol * max(1, |committed|); keys are column names or globs, "default" the rest,

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import config as _config, grid as _grid, lockfile as _lockfile, catalog as _catalog, run as _runner
+from . import config as _config, grid as _grid, lockfile as _lockfile, catalog as _catalog, run as _runner, settings
 from .run import costs as _costs, fetch as _fetch, preflight as _preflight, substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="grid scale: full (default), quick, test (the smoke-test scale), paper (the papers' own "
                             "sizes, for a GPU machine with network; with no names: the experiments declaring it)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default cpu)")
-    ap.add_argument("--dtype", default="float64", choices=list(_config.DTYPES),
+    ap.add_argument("--dtype", default="float64", choices=list(settings.DTYPES),
                     help="compute dtype every experiment uses (one that cannot refuses before computing)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--executor", choices=_runner.EXECUTORS, default=None,

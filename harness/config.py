@@ -5,7 +5,6 @@ import os
 from typing import NamedTuple, Optional, Tuple
 
 SCALES = ("full", "quick", "test", "paper")  # paper: the papers' own sizes, where an experiment declares them
-DTYPES = ("float64", "float32", "float16", "bfloat16")
 THREADS_ENV = "ATTNLIP_THREADS"
 
 
@@ -16,9 +15,10 @@ def check_scale(scale: str) -> str:
 
 
 def check_dtype(dtype: str) -> str:
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}: use {', '.join(DTYPES)}")
-    return dtype
+    """A run's dtype name, checked against harness.settings.DTYPES."""
+    from harness import settings
+
+    return settings.check_dtype(dtype) if isinstance(dtype, str) else settings.check_dtype(repr(dtype))
 
 
 def resolve_device(device: str) -> str:

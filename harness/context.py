@@ -25,9 +25,9 @@ class Context:
 
     @property
     def torch_dtype(self):
-        import torch
+        from harness.settings import torch_dtype
 
-        return getattr(torch, self.dtype)
+        return torch_dtype(self.dtype)
 
     @property
     def torch_device(self):

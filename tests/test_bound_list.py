@@ -61,7 +61,7 @@ def _case(seed=0, B=3, n=5, d=8, h=2):
 def test_certificates_are_the_registrys_ball_change_bounds():
     ball = [b for b in R.bounds(what="ball_change") if not b.user]
     names = tuple(b.name for b in ball)
-    assert names == certify.BOUNDS + ("second_order", "best") == certify.bound_list()
+    assert names == certify.BOUNDS + ("second_order", "best") == tuple(R.ball_change_names())
     assert certify.BOUNDS == ("naive", "coarse", "fine", "sharp", "refined")
     assert all(b.scope == "layer" for b in ball)
     assert all((b.theorem1 is not None) == (b.name in certify.BOUNDS) for b in ball)
@@ -86,6 +86,7 @@ def test_no_list_of_bound_names_outside_the_registry():
 
 def test_same_bound_same_value_in_registry_certificates_lofast_and_analyze():
     from harness.analyze.core import AnalyzeState, _extra
+    from harness.analyze.options import AnalyzeOptions
 
     X, w = _case(1)
     e = torch.full((X.shape[0],), 0.05, dtype=DT)
@@ -95,11 +96,11 @@ def test_same_bound_same_value_in_registry_certificates_lofast_and_analyze():
         reg = R.get(name, "layer").fn(s, e)
         assert torch.allclose(reg, certify.layer_delta(t, e, name), rtol=1e-9), name
     assert torch.allclose(R.get("fine", "layer").fn(s, e), lofast.delta(X, w, e, residual=False), rtol=1e-9)
-    extra = _extra(AnalyzeState(X, w), 0.05, 0, 0, 0, set(certify.bound_list()))
+    extra = _extra(AnalyzeState(X, w), AnalyzeOptions(eps=0.05, pgd_steps=0), set(R.ball_change_names()))
     for name in certify.BOUNDS:  # analyze reports every certificate under its registry name, / eps
         val, _ = extra[(name, "layer")]
         assert torch.allclose(val * 0.05, certify.layer_delta(t, e, name), rtol=1e-9), name
-    assert {k for k in extra if k[0] in certify.bound_list()} == {(b, "layer") for b in certify.bound_list()}
+    assert {k for k in extra if k[0] in R.ball_change_names()} == {(b, "layer") for b in R.ball_change_names()}
     for name in certify.CERTIFICATES:  # from the certified truth (AnalyzeState), so not below the plain one
         assert (extra[(name, "layer")][0] * 0.05 >= R.get(name, "layer").fn(s, e) * (1 - 1e-12)).all(), name
 
@@ -110,7 +111,7 @@ def test_plugin_honours_scope_name_and_kind(plug):
     bl_plug.good_bound.bound_name = "renamed"
     (b,) = R.register_plugin("bl_plug:good_bound")
     assert (b.name, b.scope, b.bounds, b.residual, b.user) == ("renamed", "layer", "ball_change", True, True)
-    assert "renamed" in certify.bound_list() and "renamed" not in certify.BOUNDS
+    assert "renamed" in R.ball_change_names() and "renamed" not in certify.BOUNDS
     assert "renamed" not in R.bound_names(what=R.LOCAL)  # never evaluated as a local constant
 
 

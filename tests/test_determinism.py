@@ -30,15 +30,15 @@ def _digest(model) -> str:
 def _vit():
     tr = load_images("synthetic", split="train", size=8, n_classes=3, n_synthetic=256)
     te = load_images("synthetic", split="test", size=8, n_classes=3, n_synthetic=64)
-    cfg = {"dataset": "synthetic", "model": {"d": 16, "depth": 1, "heads": 2}, "epochs": 3, "batch_size": 32,
+    recipe = {"dataset": "synthetic", "model": {"d": 16, "depth": 1, "heads": 2}, "epochs": 3, "batch_size": 32,
            "lr": 3e-3, "seed": 1}
-    m = train_classifier(cfg, None, regularizer=R.JaSMin(0, 1e-3), data=((tr[0], tr[1]), (te[0], te[1])))
+    m = train_classifier(recipe, None, regularizer=R.JaSMin(0, 1e-3), data=((tr[0], tr[1]), (te[0], te[1])))
     return m, m.train_metrics
 
 
 def _lipvit():
-    cfg = lofast_train.cfg_from_cell("vit", LIPVIT_CELL, seed=0)
-    m, info = lofast_train.trained_model(cfg)
+    recipe = lofast_train.recipe_from_cell("vit", LIPVIT_CELL, seed=0)
+    m, info = lofast_train.trained_model(recipe)
     return m, info
 
 

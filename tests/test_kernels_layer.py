@@ -102,7 +102,7 @@ def test_truth_is_one_function_and_matches_dense_jacobians():
 
 def test_one_tolerance_per_dtype_and_purpose():
     from experiments.castin import common
-    from harness import tolerances as T
+    from harness import settings as T
     from harness.bounds import registry
     from harness.kernels.power import default_tol
 

@@ -59,9 +59,9 @@ def test_sll_is_one_lipschitz_dense_jacobian():
 
 def _tiny_vit(**kw):
     torch.manual_seed(1)
-    cfg = dict(image_size=28, patch=14, channels=1, d=16, depth=2, heads=2, vo_norm=0.5)
-    cfg.update(kw)
-    return LipViT(**cfg).double().eval()
+    recipe = dict(image_size=28, patch=14, channels=1, d=16, depth=2, heads=2, vo_norm=0.5)
+    recipe.update(kw)
+    return LipViT(**recipe).double().eval()
 
 
 def test_vit_shapes_patches_and_stem_lipschitz():
@@ -131,11 +131,11 @@ class DictStore:
     def __init__(self):
         self.blobs, self.built = {}, 0
 
-    def __call__(self, kind, cfg, build, root=None, code=()):
+    def __call__(self, kind, recipe, build, root=None, code=()):
         import json
 
         assert [m.__name__ for m in code] == ["harness.models.lofast_train"]
-        key = (kind, json.dumps(cfg, sort_keys=True))
+        key = (kind, json.dumps(recipe, sort_keys=True))
         if key not in self.blobs:
             self.built += 1
             blob = build()
@@ -147,14 +147,14 @@ class DictStore:
 
 
 def test_lofast_cfg_from_cell_and_errors():
-    cfg = lofast_train.cfg_from_cell("vit", TEST_CELL, seed=3, device="cuda:1")
-    assert cfg["depth"] == 1 and cfg["heads"] == 2 and cfg["patch"] == 14 and cfg["device"] == "cuda"
-    assert cfg["train_dtype"] == "float32" and cfg["seed"] == 3
-    assert lofast_train.cfg_from_cell("vit", TEST_CELL, seed=0, layers=2, heads=8)["heads"] == 8
-    text = lofast_train.cfg_from_cell("text", TEST_CELL, seed=0)
+    recipe = lofast_train.recipe_from_cell("vit", TEST_CELL, seed=3, device="cuda:1")
+    assert recipe["depth"] == 1 and recipe["heads"] == 2 and recipe["patch"] == 14 and recipe["device"] == "cuda"
+    assert recipe["train_dtype"] == "float32" and recipe["seed"] == 3
+    assert lofast_train.recipe_from_cell("vit", TEST_CELL, seed=0, layers=2, heads=8)["heads"] == 8
+    text = lofast_train.recipe_from_cell("text", TEST_CELL, seed=0)
     assert "patch" not in text and text["n"] == 32
     with pytest.raises(ValueError, match="lacks training keys"):
-        lofast_train.cfg_from_cell("vit", {"layers": 1}, seed=0)
+        lofast_train.recipe_from_cell("vit", {"layers": 1}, seed=0)
     with pytest.raises(ValueError, match="unknown model kind"):
         lofast_train.model_cfg("rnn", layers=1, heads=1, vo_norm=0.5, seed=0, dataset="x", train_size=1,
                                test_size=1, epochs=1, lr=1.0)
@@ -163,16 +163,16 @@ def test_lofast_cfg_from_cell_and_errors():
 @pytest.mark.parametrize("kind", ["vit", "text"])
 def test_lofast_trained_model_cached_and_cast(kind):
     """One training through the store; a second call loads; dtype/device casts; deterministic from the seed."""
-    cfg = lofast_train.cfg_from_cell(kind, TEST_CELL, seed=0)
+    recipe = lofast_train.recipe_from_cell(kind, TEST_CELL, seed=0)
     store = DictStore()
-    m1, info1 = lofast_train.trained_model(cfg, store=store, dtype=torch.float64)
-    m2, info2 = lofast_train.trained_model(cfg, store=store, dtype=torch.float32)
+    m1, info1 = lofast_train.trained_model(recipe, store=store, dtype=torch.float64)
+    m2, info2 = lofast_train.trained_model(recipe, store=store, dtype=torch.float32)
     assert store.built == 1 and not info1["cached"] and info2["cached"] and 0 <= info1["test_acc"] <= 1
     assert next(m1.parameters()).dtype == DT and next(m2.parameters()).dtype == torch.float32
-    m3, _ = lofast_train.trained_model(cfg, store=None)  # no store: trains again, same weights
+    m3, _ = lofast_train.trained_model(recipe, store=None)  # no store: trains again, same weights
     for a, b in zip(m1.state_dict().values(), m3.state_dict().values()):
         assert torch.equal(a, b)
-    batch, y = lofast_train.test_batch(cfg, 4)
+    batch, y = lofast_train.test_batch(recipe, 4)
     u = lofast_train.stem_inputs(m2, batch)
     assert u.dtype == torch.float32 and len(y) == 4
     if kind == "text":
@@ -180,12 +180,12 @@ def test_lofast_trained_model_cached_and_cast(kind):
 
 
 def test_lofast_certify_rows_float64_certificates():
-    cfg = lofast_train.cfg_from_cell("vit", TEST_CELL, seed=0)
+    recipe = lofast_train.recipe_from_cell("vit", TEST_CELL, seed=0)
     store = DictStore()
     rows = {}
     for dt in (torch.float64, torch.float32):
-        m, _ = lofast_train.trained_model(cfg, store=store, dtype=dt)
-        batch, y = lofast_train.test_batch(cfg, 6)
+        m, _ = lofast_train.trained_model(recipe, store=store, dtype=dt)
+        batch, y = lofast_train.test_batch(recipe, 6)
         rows[dt] = lofast_eval.certify_rows(m, batch, y, [0.0, 0.1], pgd_steps=3, pgd_restarts=1)
     for r64, r32 in zip(rows[torch.float64], rows[torch.float32]):
         assert r64["certificate_dtype"] == "float64"

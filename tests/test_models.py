@@ -212,7 +212,7 @@ def test_specformer_sigma_matches_svd_and_grad():
     assert torch.allclose(val, ref, rtol=1e-6)
     val.backward()
     assert m.blocks[0].attn.Wq.grad is not None and m.blocks[0].attn.Wk.grad is None
-    assert R.Specformer.variant("k", 1e-2).cfg["lam_k"] == 1e-2 and R.Specformer.variant("k", 1e-2).cfg["lam_q"] == 0
+    assert R.Specformer.variant("k", 1e-2).recipe["lam_k"] == 1e-2 and R.Specformer.variant("k", 1e-2).recipe["lam_q"] == 0
     with pytest.raises(ValueError):
         R.Specformer.variant("qk", 1.0)
 
@@ -227,7 +227,7 @@ def test_jasmin_regularizer_matches_formula(k, agg):
         t = torch.log(g_k(P, 1) + 1e-12) - (torch.log(g_k(P, k) + 1e-12) if k else 0)
         ref = ref + (t.amax(-1) if agg == "max" else t.mean(-1)).mean(0).sum()
     assert torch.allclose(reg(m, Ps), 0.1 * ref, rtol=1e-10)
-    assert R.from_cfg(reg.cfg).cfg == reg.cfg
+    assert R.from_recipe(reg.recipe).recipe == reg.recipe
     with pytest.raises(ValueError):
         R.JaSMin(1, 0.1)
 
@@ -244,11 +244,11 @@ class DictStore:
     def __init__(self):
         self.blobs, self.calls = {}, []
 
-    def __call__(self, kind, cfg, build, root=None, code=()):
+    def __call__(self, kind, recipe, build, root=None, code=()):
         import json
 
         self.calls.append((kind, [m.__name__ for m in code]))
-        key = (kind, json.dumps(cfg, sort_keys=True, default=str))
+        key = (kind, json.dumps(recipe, sort_keys=True, default=str))
         if key not in self.blobs:
             self.blobs[key] = build()
         return self.blobs[key]
@@ -256,30 +256,30 @@ class DictStore:
 
 def test_training_decreases_loss_and_cache_hits(tmp_path):
     ctx = Context(cache_dir=tmp_path, progress=False)
-    cfg = {"dataset": "synthetic", "model": {"d": 16, "depth": 1, "heads": 2}, "epochs": 3, "batch_size": 32,
+    recipe = {"dataset": "synthetic", "model": {"d": 16, "depth": 1, "heads": 2}, "epochs": 3, "batch_size": 32,
            "lr": 3e-3, "seed": 1}
     data = _synthetic_data()
     store = DictStore()
-    m1 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
+    m1 = train_classifier(recipe, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
     mt = m1.train_metrics
     curve = mt["loss_curve"]
     assert not m1.cached and mt["steps"] == 24 and mt["step_time_mean_s"] > 0
     assert sum(curve[-4:]) / 4 < sum(curve[:4]) / 4 - 0.1, curve
     assert mt["test_acc"] > 0.5
     assert store.calls[0] == ("classifier", ["harness.models.train", "harness.models.vit", "harness.models.regularizers"])
-    m2 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
+    m2 = train_classifier(recipe, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
     assert m2.cached and m2.train_metrics == mt
     for a, b in zip(m1.state_dict().values(), m2.state_dict().values()):
         assert torch.equal(a, b)
-    m3 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-2), data=data, store=store)  # other regularizer: new key
+    m3 = train_classifier(recipe, ctx, regularizer=R.JaSMin(0, 1e-2), data=data, store=store)  # other regularizer: new key
     assert not m3.cached
-    m4 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, force=True, store=store)  # deterministic
+    m4 = train_classifier(recipe, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, force=True, store=store)  # deterministic
     assert not m4.cached
     for a, b in zip(m1.state_dict().values(), m4.state_dict().values()):
         assert torch.equal(a, b)
-    m5 = train_classifier(cfg, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)  # no store: trains, same weights
+    m5 = train_classifier(recipe, ctx, regularizer=R.JaSMin(0, 1e-3), data=data)  # no store: trains, same weights
     assert not m5.cached and all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m5.state_dict().values()))
-    with pytest.raises(ValueError, match="unknown training cfg"):
+    with pytest.raises(ValueError, match="unknown training recipe"):
         train_classifier({"epoch": 1}, ctx, data=data)
 
 

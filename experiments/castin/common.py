@@ -12,11 +12,11 @@ from harness.bounds.castin import max_gamma_head
 from harness.kernels.attention import AttentionWeights
 from harness.models import text
 from harness.catalog import Experiment
-from harness.tolerances import truth_tol
+from harness.settings import truth_tol
 
 
 def tol(dtype) -> float:
-    """Lanczos tolerance of the measured local Lipschitz constants: the truth's, harness.tolerances.truth_tol."""
+    """Lanczos tolerance of the measured local Lipschitz constants: the truth's, harness.settings.truth_tol."""
     return truth_tol(dtype)
 
 

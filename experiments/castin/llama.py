@@ -50,9 +50,9 @@ def _spec(name: str):
 def model_source(name: str, seed: int = 0) -> str:
     """Cell-key label of the weights: 'random-init:llama-gqa(d=768,heads=12,kv=4,layers=12,ffn=3072,
     rope_theta=10000,tokenizer=gpt2,seed=0)'."""
-    cfg, tok = _spec(name)
-    return (f"random-init:{name.lower()}(d={cfg['hidden_size']},heads={cfg['num_attention_heads']},"
-            f"kv={cfg['num_key_value_heads']},layers={cfg['num_hidden_layers']},ffn={cfg['intermediate_size']},"
+    hf_config, tok = _spec(name)
+    return (f"random-init:{name.lower()}(d={hf_config['hidden_size']},heads={hf_config['num_attention_heads']},"
+            f"kv={hf_config['num_key_value_heads']},layers={hf_config['num_hidden_layers']},ffn={hf_config['intermediate_size']},"
             f"rope_theta=10000,tokenizer={TOKENIZER_LABEL[tok]},seed={int(seed)})")
 
 
@@ -73,9 +73,9 @@ def load(name: str, seed: int = 0, device: str = "cpu"):
 
 
 def info(name: str, seed: int = 0) -> dict:
-    cfg, tok = _spec(name)
-    return {"pretrained": False, "source": model_source(name, seed), "d": cfg["hidden_size"],
-            "n_heads": cfg["num_attention_heads"], "kv_heads": cfg["num_key_value_heads"],
+    hf_config, tok = _spec(name)
+    return {"pretrained": False, "source": model_source(name, seed), "d": hf_config["hidden_size"],
+            "n_heads": hf_config["num_attention_heads"], "kv_heads": hf_config["num_key_value_heads"],
             "tokenizer": TOKENIZER_LABEL[tok]}
 
 

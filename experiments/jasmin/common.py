@@ -91,7 +91,7 @@ def sweep_columns(cell: Dict[str, Any], model) -> Dict[str, Any]:
 
 
 def vit_cfg(cell: Dict[str, Any], train_seed: int = 0, device: str = "cpu") -> dict:
-    """harness.models.train cfg of the JaSMin ViT of a cell (the regularizer's cfg joins the artifact key)."""
+    """harness.models.train recipe of the JaSMin ViT of a cell (the regularizer's recipe joins the artifact key)."""
     model = dict(d=int(cell["vit_d"]), depth=int(cell["vit_depth"]), heads=int(cell["vit_heads"]), mlp_ratio=2.0,
                  patch=int(cell["patch"]), qkv_bias=False)
     steps = int(cell["train_steps"])

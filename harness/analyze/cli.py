@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from harness.analyze import validate
+from harness.analyze.options import ANALYZE_DTYPES
 from harness.errors import MissingData
 
 EPILOG = """examples:
@@ -45,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
                                                   "count from the last layer, as in Python (-1 = the last)")
     p.add_argument("--out", default=None, help="output folder (table.csv/.parquet, figures, summary.md, report.json)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps; must be available here")
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--dtype", default="float64", choices=list(ANALYZE_DTYPES))
     p.add_argument("--eps", type=float, default=1e-2, help="radius >= 0 of Theorem 1's delta and PGD (0: skip "
                                                            "them)")
     p.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -189,21 +190,21 @@ def check_model_folder(model: str) -> None:
         if not f.is_file():
             continue
         try:
-            cfg = json.loads(f.read_text(encoding="utf-8"))
+            hf_config = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise validate.UsageError("--model", f"{f} is not readable JSON ({e.__class__.__name__})",
                                       "save the model again with model.save_pretrained(DIR)") from None
-        if not isinstance(cfg, dict):
+        if not isinstance(hf_config, dict):
             raise validate.UsageError("--model", f"{f} holds no JSON object", "save the model again with "
                                       "model.save_pretrained(DIR)")
-        if "auto_map" in cfg:
+        if "auto_map" in hf_config:
             raise validate.UsageError("--model", f"{f} asks to run the folder's own Python code (auto_map); AttnLip "
                                       "never runs code from a model folder", "use a model whose architecture "
                                       "transformers ships (a standard model_type) and drop auto_map")
         if name == "config.json":
             from transformers import CONFIG_MAPPING
 
-            kind = cfg.get("model_type")
+            kind = hf_config.get("model_type")
             if kind not in CONFIG_MAPPING:
                 raise validate.UsageError("--model", f"{f}: model_type {kind!r} is not an architecture transformers "
                                           "ships, so only the folder's own code could build it, which AttnLip never "

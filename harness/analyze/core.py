@@ -23,12 +23,12 @@ import torch
 
 from harness.analyze import modern, validate
 from harness.analyze.inputs import load_model, model_inputs
-from harness.analyze.state import EXTRA, AnalyzeState, ball_change_names, rows_extra, truth_uppers
+from harness.analyze.options import AnalyzeOptions
+from harness.analyze.state import EXTRA, AnalyzeState, rows_extra, truth_uppers
 from harness.bounds import castin, lofast, registry
 from harness.kernels.attention import AttentionWeights
 from harness.models.adapters import adapter_for, lengths
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
 ENTRY_POINT_GROUP = "attnlip.bounds"
 
 
@@ -54,8 +54,7 @@ def entry_point_plugins() -> List[str]:
 
 
 # ---- the extra methods ------------------------------------------------------------------------------------------
-def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int,
-           want: Optional[set] = None) -> dict:
+def _extra(s: AnalyzeState, opts: AnalyzeOptions, want: Optional[set] = None) -> dict:
     """{(method, scope): (values (G, h) or (G,), guaranteed (G,) bool)} for the EXTRA methods in `want` (None:
     all; truth_upper always)."""
     ok = lambda m: want is None or m in want
@@ -63,13 +62,14 @@ def _extra(s: AnalyzeState, eps: float, pgd_steps: int, pgd_restarts: int, seed:
     G = X.shape[0]
     yes = torch.ones(G, dtype=torch.bool)
     out = truth_uppers(s)
-    e = float(eps)
+    e, pgd_steps = float(opts.eps), opts.pgd_steps
     if e > 0:  # every certificate of the registry (second_order's U: the state's certified truth), / eps
-        for name, v in registry.ball_changes(s, e, [n for n in ball_change_names() if ok(n)]).items():
+        for name, v in registry.ball_changes(s, e, [n for n in registry.ball_change_names() if ok(n)]).items():
             out[(name, "layer")] = (v / e, yes)
     if e > 0 and ok("pgd") and pgd_steps > 0 and not s.causal:
         with torch.enable_grad():
-            pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
+            pg = lofast.pgd_sensitivity(X, w, e, residual=False, steps=pgd_steps, restarts=opts.pgd_restarts,
+                                         seed=opts.seed)
         out[("pgd", "layer")] = (pg / e, yes)
     if not s.causal and (ok("prop34") or ok("gamma_R2") or ok("log10_n_star")):
         R = X.norm(dim=-1).amax(-1)  # (G,)
@@ -90,12 +90,11 @@ def _short(text: str, k: int = 80) -> str:
 
 
 # ---- the front door ---------------------------------------------------------------------------------------------
-def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = None, dtype="float64",
-            device="cpu", eps: float = 1e-2, methods: Optional[Iterable[str]] = None,
+def analyze(model, inputs, options: Optional[AnalyzeOptions] = None, *, tokenizer=None,
+            layers: Optional[Iterable[int]] = None, methods: Optional[Iterable[str]] = None,
             bounds: Sequence[Union[str, Callable]] = (), entry_points: bool = True, max_tokens: Optional[int] = None,
-            pgd_steps: int = 20, pgd_restarts: int = 1, fail_prob: float = 1e-6, tol: Optional[float] = None,
-            iters: int = 2000, certify_steps: int = 24, seed: int = 0, progress: bool = False,
-            timings: Optional[dict] = None, default_max_tokens: Optional[int] = None):
+            progress: bool = False, timings: Optional[dict] = None, default_max_tokens: Optional[int] = None,
+            **option_fields):
     """Every registered bound + the truth for each requested layer and head of `model` at `inputs`: a DataFrame.
 
     model: a torch module (Hugging Face BERT/RoBERTa/DistilBERT/ALBERT/ELECTRA/GPT-2/ViT, or any module using
@@ -105,21 +104,21 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     layers: indices (default all; negative ones count from the last layer, -1 = the last; out of range is an
     error). max_tokens: truncation length of texts (and token-id inputs); more than the model's positions is an
     error; None: default_max_tokens (None: no limit), capped at the model's positions with a notice in
-    df.attrs["notices"]. dtype/device: where the bounds are computed (the forward pass runs in the
-    model's own weights). eps: the radius of the certificates' eps-ball rows and of pgd (0 skips them). methods: registry
-    names and EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added
-    to the registry and checked against the truth. fail_prob: failure probability of truth_upper; certify_steps: Lanczos
-    products before the truths may stop (a longer first Krylov cycle tightens truth_upper). `timings`, if given, is
-    filled with wall times (forward, per layer, total).
+    df.attrs["notices"]. options: how the bounds and truths are computed (harness.analyze.options.AnalyzeOptions:
+    dtype, device, eps, pgd_steps, pgd_restarts, fail_prob, tol, iters, certify_steps, seed); its fields may also be
+    passed as keywords (`analyze(m, x, eps=0.0)`), which replace those of `options`. methods: registry names and
+    EXTRA methods to evaluate (default all). bounds: plug-ins ("module:function" or callables) added to the
+    registry and checked against the truth. `timings`, if given, is filled with wall times (forward, per layer,
+    total).
     A user mistake (layer out of range, empty text, a tokenizer that is not the model's, an unavailable device,
     eps < 0, ...) raises validate.UsageError (a ValueError) before anything is computed.
     """
     import pandas as pd
 
     t0 = time.perf_counter()
-    dt = DTYPES[dtype] if isinstance(dtype, str) else dtype
-    dev = validate.check_device(device)
-    validate.check_numbers(eps, pgd_steps)
+    opts = AnalyzeOptions.make(options, **option_fields)
+    dt, eps = opts.torch_dtype, opts.eps
+    dev = validate.check_device(opts.device)
     notices: List[str] = []
     plugin_names = [register_plugin(b) for b in bounds]
     if entry_points:
@@ -166,15 +165,14 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
                          layer=l) for b in idx]
             amap = adapter.attention_map(l, ln, dt, dev)
             if amap is not None:  # position terms in the scores (RoPE, relative biases): harness.analyze.modern
-                rows += modern.rows(X, amap, names, meta, eps, pgd_steps, pgd_restarts, seed, methods,
-                                    dict(tol=tol, iters=iters, fail_prob=fail_prob, seed=seed, certify_steps=certify_steps))
+                rows += modern.rows(X, amap, names, meta, opts, methods)
                 continue
-            s = AnalyzeState(X, w, causal, tol, iters, fail_prob, seed, certify_steps)
+            s = AnalyzeState(X, w, causal, **opts.state_kw())
             ev = registry.evaluate(X, w, causal, names=names, state=s)
             for r in ev.rows():
                 r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
                 rows.append(r)
-            extra = _extra(s, eps, pgd_steps, pgd_restarts, seed, None if methods is None else set(methods))
+            extra = _extra(s, opts, None if methods is None else set(methods))
             rows += rows_extra(s, ev, extra, meta)
         per_layer[l] = time.perf_counter() - tl
     cols = ["input", "text", "n_tokens", "layer", "head", "scope", "method", "kind", "bounds", "value", "truth",
@@ -185,7 +183,7 @@ def analyze(model, inputs, *, tokenizer=None, layers: Optional[Iterable[int]] = 
     df = df.reset_index(drop=True)
     df.attrs.update(model=str(model) if not isinstance(model, torch.nn.Module) else type(model).__name__,
                     source=source, architecture=adapter.name, causal=causal, dtype=str(dt).replace("torch.", ""),
-                    device=str(dev), eps=eps, fail_prob=fail_prob, layers=layers, n_layers=L, plugins=plugin_names,
+                    device=str(dev), eps=eps, fail_prob=opts.fail_prob, layers=layers, n_layers=L, plugins=plugin_names,
                     max_tokens=budget, notices=notices)
     if timings is not None:
         timings.update(forward_s=t_fwd, layers_s=per_layer, total_s=time.perf_counter() - t0)

@@ -15,10 +15,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.analyze.state import EXTRA, AnalyzeState, ball_change_names, rows_extra, truth_uppers
+from harness.analyze.options import AnalyzeOptions
+from harness.analyze.state import EXTRA, AnalyzeState, rows_extra, truth_uppers
 from harness.bounds import registry
 from harness.kernels.pgd import pgd_maximize
 from harness.models.adapters_modern import AttentionMap
+from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB
 
 Tensor = torch.Tensor
 CERTIFICATE_NOT_PROVEN = ("the eps-ball certificates bound the change of standard scores x_i W_Q W_K^T x_j / sqrt(dh) "
@@ -34,7 +36,7 @@ class MapState(AnalyzeState):
     """AnalyzeState of an AttentionMap: truth, P, zeta and m_fine from the exact map (see the module docstring)."""
 
     def __init__(self, X: Tensor, amap: AttentionMap, tol: Optional[float] = None, iters: int = 2000,
-                 fail_prob: float = 1e-6, seed: int = 0, certify_steps: int = 24):
+                 fail_prob: float = REPORT_FAIL_PROB, seed: int = 0, certify_steps: int = CERTIFY_STEPS):
         super().__init__(X, amap.w, amap.causal, tol, iters, fail_prob, seed, certify_steps)
         self.amap = amap
 
@@ -91,24 +93,23 @@ def split(names: Optional[Iterable[str]], features: Sequence[str], causal: bool
     return list(dict.fromkeys(ok)), na
 
 
-def extra(s: MapState, eps: float, pgd_steps: int, pgd_restarts: int, seed: int, want: Optional[set] = None
-          ) -> Tuple[dict, Dict[Tuple[str, str], str]]:
+def extra(s: MapState, opts: AnalyzeOptions, want: Optional[set] = None) -> Tuple[dict, Dict[Tuple[str, str], str]]:
     """analyze's extra methods on the exact map: truth_upper always, PGD (eps > 0) on F itself (causal too);
     returns (values as core._extra gives them, {(method, scope): reason} for those not proven here)."""
     ok = lambda m: want is None or m in want
     G = s.X.shape[0]
     yes = torch.ones(G, dtype=torch.bool)
     out = truth_uppers(s)
-    e = float(eps)
-    if e > 0 and ok("pgd") and pgd_steps > 0:
+    e = float(opts.eps)
+    if e > 0 and ok("pgd") and opts.pgd_steps > 0:
         F0 = s.amap.layer(s.X).detach()
         obj = lambda Z: (s.amap.layer(Z) - F0).flatten(-2).norm(dim=-1)
-        res = pgd_maximize(obj, s.X, e, steps=pgd_steps, restarts=pgd_restarts, seed=seed)
+        res = pgd_maximize(obj, s.X, e, steps=opts.pgd_steps, restarts=opts.pgd_restarts, seed=opts.seed)
         out[("pgd", "layer")] = (res.value / e, yes)
     scopes = {"prop34": "head", "gamma_R2": "head", "log10_n_star": "head"}
     na = {(m, scopes[m]): why for m, why in NOT_PROVEN_EXTRA.items() if ok(m)}
     if e > 0:  # the certificates' eps-ball terms bound the change of standard scores q k^T / sqrt(dh) only
-        na.update({(m, "layer"): CERTIFICATE_NOT_PROVEN for m in ball_change_names() if ok(m)})
+        na.update({(m, "layer"): CERTIFICATE_NOT_PROVEN for m in registry.ball_change_names() if ok(m)})
     return out, na
 
 
@@ -129,10 +130,10 @@ def na_rows(ev: registry.Evaluation, na: Dict[Tuple[str, str], str], kinds: Dict
     return rows
 
 
-def rows(X: Tensor, amap: AttentionMap, names: Optional[List[str]], meta: Sequence[dict], eps: float,
-         pgd_steps: int, pgd_restarts: int, seed: int, methods: Optional[List[str]], state_kw: dict) -> List[dict]:
+def rows(X: Tensor, amap: AttentionMap, names: Optional[List[str]], meta: Sequence[dict], opts: AnalyzeOptions,
+         methods: Optional[List[str]]) -> List[dict]:
     """core.analyze's rows for one group of equal-length inputs X (G, n, d) of a layer with map `amap`."""
-    s = MapState(X, amap, **state_kw)
+    s = MapState(X, amap, **opts.state_kw())
     ok, na = split(names, amap.features, amap.causal)
     ev = registry.evaluate(X, amap.w, amap.causal, names=ok, state=s)
     out = []
@@ -140,7 +141,7 @@ def rows(X: Tensor, amap: AttentionMap, names: Optional[List[str]], meta: Sequen
         r.update(meta[r.pop("sample")], bounds="local", user=registry.get(r["method"], r["scope"]).user)
         out.append(r)
     want = None if methods is None else set(methods)
-    ex, na_extra = extra(s, eps, pgd_steps, pgd_restarts, seed, want)
+    ex, na_extra = extra(s, opts, want)
     out += rows_extra(s, ev, ex, meta)
     kinds = {b.name: (b.kind, "eps-ball" if b.bounds == "ball_change" else "local", b.user) for b in registry.bounds()}
     kinds.update({m: (v[1], v[2], False) for m, v in EXTRA.items()})

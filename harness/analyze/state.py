@@ -12,6 +12,7 @@ import torch
 from harness.bounds import registry
 from harness.bounds.input_state import InputState
 from harness.kernels.layer import certified_norm
+from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB
 
 Tensor = torch.Tensor
 EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope, kind, bounds, label)
@@ -23,19 +24,13 @@ EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope,
 }
 
 
-def ball_change_names() -> List[str]:
-    """The registry's eps-ball certificates (built-in and plug-in), which analyze reports under their registry
-    names as delta(X, eps) / eps."""
-    return registry.bound_names(what=["ball_change"])
-
-
 class AnalyzeState(InputState):
     """bounds.input_state.InputState whose truths start from a Gaussian drawn before looking, so they also carry
     the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - fail_prob over the start;
     kernels.layer.certified_norm, docs/math.md §4)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
-                 fail_prob: float = 1e-6, seed: int = 0, certify_steps: int = 24):
+                 fail_prob: float = REPORT_FAIL_PROB, seed: int = 0, certify_steps: int = CERTIFY_STEPS):
         self.fail_prob, self.seed, self.certify_steps = float(fail_prob), int(seed), int(certify_steps)
         super().__init__(X, w, causal, tol, iters,
                          certify=dict(steps=self.certify_steps, fail_prob=self.fail_prob, seed=self.seed))

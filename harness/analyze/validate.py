@@ -138,10 +138,10 @@ def resolve_layers(layers: Optional[Iterable[int]], n_layers: int) -> List[int]:
 def position_limit(model) -> Optional[int]:
     """The most tokens the model's position embeddings take (None: no such limit, e.g. relative positions or a
     ViT). RoBERTa-style embeddings start positions after padding_idx, so they take padding_idx + 1 fewer."""
-    cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) == "vit":
+    hf_config = getattr(model, "config", None)
+    if hf_config is None or getattr(hf_config, "model_type", None) == "vit":
         return None
-    n = getattr(cfg, "max_position_embeddings", None)
+    n = getattr(hf_config, "max_position_embeddings", None)
     if not isinstance(n, int) or n <= 0:
         return None
     emb = getattr(model, "embeddings", None)
@@ -215,8 +215,8 @@ def check_tokenizer(model, tokenizer, input_ids: torch.Tensor, attention_mask: O
     require_tokenizer(tokenizer)
     fix = ("save the model's own tokenizer in its folder: AutoTokenizer.from_pretrained(ORIGINAL)"
            ".save_pretrained(DIR)")
-    cfg = getattr(model, "config", None)
-    V = getattr(cfg, "vocab_size", None)
+    hf_config = getattr(model, "config", None)
+    V = getattr(hf_config, "vocab_size", None)
     n_tok = len(tokenizer)
     if isinstance(V, int) and V > 0:
         if n_tok < MIN_VOCAB_SHARE * V:
@@ -243,8 +243,8 @@ def check_tokenizer(model, tokenizer, input_ids: torch.Tensor, attention_mask: O
             raise UsageError("--model", f"the tokenizer maps {share:.0%} of the {count} text tokens to "
                                         f"{tokenizer.unk_token!r}: it does not fit this model or these texts",
                              fix + ", or give texts in the language and script the model was trained on")
-    if notices is not None and cfg is not None:
+    if notices is not None and hf_config is not None:
         for k in SPECIAL:
-            c, t = getattr(cfg, k, None), getattr(tokenizer, k, None)
+            c, t = getattr(hf_config, k, None), getattr(tokenizer, k, None)
             if isinstance(c, int) and isinstance(t, int) and c != t:
                 notices.append(f"the tokenizer's {k} is {t}, the model config's is {c}")

@@ -63,7 +63,7 @@ class Theorem1Variant:
     def at_state(self, s, eps) -> Tensor:
         """delta(X, eps) of the registry's layer map (no residual) at an InputState s: (...,)."""
         e = torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)
-        rows = lofast_refined.row_terms(s.X, s.w, s.causal) if self.c == "refined" else None
+        rows = s.row_terms if self.c == "refined" else None
         return self.delta(e, zeta=s.zeta if self.delta1 == "zeta" else None,
                           naive1=(s.VO_norm * s.P_norm).sum(-1) if self.delta1 == "naive" else None,
                           m_fine=s.m_fine if self.needs_m else None, xi=s.m_coarse, b=s.w.B_norm(),

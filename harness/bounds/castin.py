@@ -343,7 +343,7 @@ def head_attention(Xr: Tensor, w: AttentionWeights, causal: bool = False) -> Ten
 def head_lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
                    iters: int = 2000, seed: int = 0) -> Tensor:
     """True local Lipschitz constant ||Df_l(X)|| of every head, f_l as head_attention computes it: (..., h).
-    The one truth of the toolkit (kernels.layer.truth, tolerance harness.tolerances.truth_tol)."""
+    The one truth of the toolkit (kernels.layer.truth, tolerance harness.settings.truth_tol)."""
     _check_w(w)
     check_input(X, w.d)
     return layer_truth(X, w, causal, heads=True, tol=tol, iters=iters, seed=seed).value

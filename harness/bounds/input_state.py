@@ -9,7 +9,7 @@ from typing import Dict, Iterable, Optional
 
 import torch
 
-from harness.bounds import jasmin, lofast
+from harness.bounds import jasmin, lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights, check_input, probs
 from harness.kernels.layer import truth
 from harness.kernels.linalg import spec
@@ -21,7 +21,7 @@ class InputState:
     """(X, w, causal) validated and cast once, with the quantities several bounds share computed lazily once.
 
     X: (..., n, d); w is moved to X's dtype and device. Power iterations use `tol` (None: the dtype's default,
-    harness.tolerances) and at most `iters` operator applications; their convergence flags are kept
+    harness.settings) and at most `iters` operator applications; their convergence flags are kept
     (`converged`). certify: None, or dict(steps=..., fail_prob=..., seed=...): the truths then start from a seeded
     Gaussian and also give the KW certified upper estimate (`upper[scope]`, kernels.layer.certified_norm).
     """
@@ -91,6 +91,11 @@ class InputState:
     def m_coarse(self) -> Tensor:
         """LoFAST eq. 21, xi_l: (..., h)."""
         return lofast.xi(self.X, self.w)
+
+    @functools.cached_property
+    def row_terms(self) -> lofast_refined.RowTerms:
+        """The per-row softmax terms of the "refined" and second-order certificates (lofast_refined.row_terms)."""
+        return lofast_refined.row_terms(self.X, self.w, self.causal)
 
     def _truth(self, heads: bool):
         """kernels.layer.truth at this state: the one truth of the registry, analyze and the Castin experiments."""

@@ -31,7 +31,9 @@ from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, m_gram, pre
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, project
 from harness.kernels.krylov import kw_steps, lanczos
-from harness.kernels.power import SUSPICIOUS_STEPS, PowerResult, check_args, default_tol, report_nonconvergence
+from harness.kernels.power import PowerResult, check_args, default_tol, report_nonconvergence
+from harness.settings import (FAIL_PROB, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, MIXED_SLACK, MIXED_TOL,
+                              SUSPICIOUS_STEPS)
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -50,16 +52,14 @@ class LofastInfo:
     m: Optional[PowerResult] = None  # batch (..., h)
 
 
-KRYLOV_BYTES = 128 * 2**20  # memory budget of the Lanczos basis (krylov + 1 copies of the flat batch of iterates)
-FAIL_PROB = 1e-9  # failure probability of the certified upper estimates (over the seeded Gaussian start)
 
 
 def _krylov(numel: int, dtype, krylov: Optional[int]) -> int:
-    """Basis size keeping the Lanczos basis within KRYLOV_BYTES (between 8 and 64), unless given."""
+    """Basis size keeping the Lanczos basis within KRYLOV_BYTES (KRYLOV_MIN to KRYLOV_MAX vectors), unless given."""
     if krylov is not None:
         return int(krylov)
     per = numel * torch.finfo(dtype).bits // 8
-    return int(min(64, max(8, KRYLOV_BYTES // max(per, 1))))
+    return int(min(KRYLOV_MAX, max(KRYLOV_MIN, KRYLOV_BYTES // max(per, 1))))
 
 
 def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, kw, det_upper, restart):
@@ -107,14 +107,14 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
 
 
 def _mixed(op, x0, fail_prob, opts):
-    """mixed=True (float64 only): float32 Lanczos to tol 1e-5 from the Gaussian start (which carries the KW
-    estimate, computed in float32 and padded by a 1e-4 relative slack), then float64 Lanczos from its Ritz vectors
+    """mixed=True (float64 only): float32 Lanczos to tol MIXED_TOL from the Gaussian start (which carries the KW
+    estimate, computed in float32 and padded by a MIXED_SLACK relative slack), then float64 Lanczos from its Ritz vectors
     to the requested tol. Returns (float64 result with `upper` from the float32 run, float32 products)."""
     op32 = op.to(torch.float32)
-    o32 = dict(opts, tol=max(opts["tol"], 1e-5))
+    o32 = dict(opts, tol=max(opts["tol"], MIXED_TOL))
     r32 = lanczos(op32, x0.float(), fail_prob=fail_prob, **o32)
     r = lanczos(op, r32.vector.double(), fail_prob=None, **dict(opts, min_steps=1))
-    up = r32.upper.double() * (1 + 1e-4)
+    up = r32.upper.double() * (1 + MIXED_SLACK)
     r.upper = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
     r.steps = r.steps + r32.steps
     return r, r32.products

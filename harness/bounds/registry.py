@@ -15,9 +15,8 @@ The maps (docs/math.md §0), at an input X (..., n, d) with AttentionWeights w (
 A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer
 entries are registered with `from_heads=True`.
 
-`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing the
-validated and cast inputs, the attention maps P, the weight norms and the power iterations (`InputState`,
-harness.bounds.input_state), and returns an `Evaluation` (values, truth, converged and guaranteed flags; `.rows()` gives a tidy table).
+`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing what they
+read (`InputState`, harness.bounds.input_state), and returns an `Evaluation` (values, truth, flags, `.rows()`).
 """
 from __future__ import annotations
 
@@ -28,13 +27,13 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from harness.bounds import castin, jasmin, kim, lofast
+from harness.bounds import castin, jasmin, kim
 from harness.bounds.state_maps import kim_ok, lofast_limit, lofast_naive_layer, refined_c, second_order_at
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
-from harness.plugins import load_function  # noqa: F401 - re-exported (registry.load_function)
-from harness import tolerances
+from harness.plugins import load_function
+from harness.settings import SOUND_RTOL  # beyond the truth's relative accuracy in every dtype
 
 Tensor = torch.Tensor
 
@@ -291,6 +290,11 @@ def bound_names(kind: Optional[str] = None, what: Optional[Iterable[str]] = None
     return list(dict.fromkeys(b.name for b in bounds(kind=kind, what=what)))
 
 
+def ball_change_names() -> List[str]:
+    """The eps-ball certificates (built-in, then plug-in; layer scope): what certification and analyze use."""
+    return bound_names(what=["ball_change"])
+
+
 def get(name: str, scope: str) -> Bound:
     try:
         return _BOUNDS[(name, scope)]
@@ -353,9 +357,6 @@ class Evaluation:
         return out
 
 
-SOUND_RTOL = tolerances.SOUND_RTOL  # beyond the truth's relative accuracy in every dtype (harness.tolerances)
-
-
 def is_sound(kind: str, value: float, reference: float, guaranteed: bool = True) -> bool:
     """THE soundness rule: False only for a guaranteed upper bound below its reference (the truth for a local or
     ball bound, PGD at the same eps for a ball-change bound), or a lower bound above it, by more than SOUND_RTOL
@@ -393,5 +394,5 @@ def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Option
 
 def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] = None) -> Dict[str, Tensor]:
     """name -> delta(X, eps) (...,) of every registered ball-change bound (or those in `names`) at `state`."""
-    names = None if names is None else [n for n in names if n in bound_names(what="ball_change")]
+    names = None if names is None else [n for n in names if n in ball_change_names()]
     return {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}

@@ -38,6 +38,7 @@ import torch
 from harness.bounds import lofast_refined
 from harness.bounds.lofast_ops import prepare
 from harness.kernels.attention import AttentionWeights
+from harness.settings import CERTIFY_EPS, FAIL_PROB
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -93,18 +94,14 @@ def delta(U: Tensor, t: CurvatureTerms, eps: Eps) -> Tensor:
 
 
 def certified_truth(X: Tensor, w: AttentionWeights, residual: bool = False, causal: bool = False,
-                    certify_eps: float = 1e-2, fail_prob: float = 1e-9, seed: int = 0, tol: float = None,
+                    certify_eps: float = CERTIFY_EPS, fail_prob: float = FAIL_PROB, seed: int = 0, tol: float = None,
                     iters: int = 2000):
     """||J(X)|| of the layer map (of F + identity when `residual`) at X (..., n, d) by Lanczos from a seeded Gaussian,
     run for at least the Kuczynski-Wozniakowski steps of a relative eps `certify_eps` on the squared norm, so its
     `upper` holds with probability >= 1 - fail_prob (kernels.layer.certified_norm): a PowerResult, values (...,)."""
     from harness.kernels.krylov import kw_steps
-    from harness.kernels.layer import certified_norm, layer_operator
+    from harness.kernels.layer import truth
 
-    w = prepare(X, w)
-    matvec, rmatvec = layer_operator(X, w, causal)
-    if residual:  # J_F + I and its adjoint J_F^T + I
-        mv, rmv = matvec, rmatvec
-        matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
     steps = min(kw_steps(X.shape[-2] * X.shape[-1], certify_eps, fail_prob), iters)
-    return certified_norm(matvec, rmatvec, X, tol, iters, seed, steps=steps, fail_prob=fail_prob)
+    return truth(X, prepare(X, w), causal, residual=residual, tol=tol, iters=iters,
+                 seed=seed, certify=dict(steps=steps, fail_prob=fail_prob))

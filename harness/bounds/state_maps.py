@@ -44,5 +44,5 @@ def second_order_at(s: InputState, eps) -> Tensor:
     state was built with `certify` (the truth approaches ||J|| from below); K from the exact ||M_l||."""
     truth = s.truth_layer
     U = s.upper.get("layer", truth) if s.certify is not None else truth
-    t = second_order.curvature_terms(s.X, s.w, s.m_fine, s.causal, xvo=s.value_norm)
+    t = second_order.curvature_terms(s.X, s.w, s.m_fine, s.causal, xvo=s.value_norm, rows=s.row_terms)
     return second_order.delta(U, t, torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device))

@@ -11,6 +11,8 @@ from typing import Optional
 
 import torch
 
+from harness.settings import COMPUTE_DTYPES, torch_dtype
+
 from .linalg import prod_norm
 
 Tensor = torch.Tensor
@@ -37,7 +39,7 @@ def check_input(X: Tensor, d: Optional[int] = None, name: str = "X") -> None:
     check_finite(name, X)
 
 
-SUPPORTED_DTYPES = (torch.float32, torch.float64)
+SUPPORTED_DTYPES = tuple(map(torch_dtype, COMPUTE_DTYPES))  # harness.settings: half precisions are refused
 
 
 def check_pair(X: Tensor, w: "AttentionWeights", name: str = "X") -> None:

@@ -35,6 +35,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from harness.kernels import lanczos_steps
+from harness.settings import PARTIAL_MIN_BYTES, PARTIAL_MIN_DIM, RITZ_ROUNDING
 from harness.kernels.linalg import safe_norm
 
 Tensor = torch.Tensor
@@ -103,8 +104,6 @@ class CallableGram(GramOperator):
             return self.rmv(u.reshape(*self.batch_shape, *self._out_event)).reshape(self.B, -1) / c
 
 
-PARTIAL_MIN_DIM = 4096  # reorth="auto": partial reorthogonalization from this dimension on (docs/notes/kernels.md)
-PARTIAL_MIN_BYTES = 32 * 2**20  # ... or from this size of the whole batch's basis on (it no longer stays in cache)
 
 
 @dataclass
@@ -200,7 +199,7 @@ class Outputs:
             kw = kw_epsilon(N, self.first, fail_prob).to(dt).to(self.theta.device)
             # an invariant Krylov subspace stays the same for every larger k, so the KW bound holds with k -> inf
             kw = torch.where(self.broke & (self.first < m), torch.zeros_like(kw), kw)
-            slack = 1 + 100 * eps_m * self.first.to(dt)  # rounding of the computed Ritz value
+            slack = 1 + RITZ_ROUNDING * eps_m * self.first.to(dt)  # rounding of the computed Ritz value
             up_t = self.theta.clamp_min(0) / (1 - kw).clamp_min(0) * slack
             upper = torch.where(kw < 1, up_t.sqrt() * scale, torch.full_like(value, float("inf")))
             upper = torch.where(finite, upper, torch.full_like(upper, float("nan")))

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from harness.tolerances import truth_tol
+from harness.settings import CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, truth_tol
 
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
@@ -96,16 +96,13 @@ def layer_map(w: AttentionWeights, causal: bool = False):
     return lambda Z: attention_unchecked(Z, w, residual=False, causal=causal)
 
 
-DENSE_MAX = 384  # n*d up to which lipschitz() builds J_F(X) explicitly (one batched matvec) and takes its SVD
-
-
 def lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
               iters: int = 2000, v0: Optional[Tensor] = None, seed: int = 0, method: str = "lanczos",
               krylov: int = 30, dense_max: int = DENSE_MAX) -> PowerResult:
     """||J_F(X)|| per sequence (correct estimator, docs/math.md §3) for X (..., n, d): PowerResult with (...,) values.
 
     Batched: one operator per leading index, all iterated together. v0: warm start (..., n, d).
-    tol=None: harness.tolerances.truth_tol(X.dtype).
+    tol=None: harness.settings.truth_tol(X.dtype).
     Small layers (n*d <= dense_max, no v0, method="lanczos"): the explicit Jacobian from one batched matvec on
     the identity basis and its SVD (exact to rounding, faster than Lanczos there; `iters` = n*d products).
     Non-convergence is not raised: read `.converged`.
@@ -214,7 +211,7 @@ def reduced_heads(X: Tensor, w):
 
 
 def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
-                   steps: int = 24, fail_prob: float = 1e-6) -> PowerResult:
+                   steps: int = CERTIFY_STEPS, fail_prob: float = REPORT_FAIL_PROB) -> PowerResult:
     """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a seeded Gaussian drawn
     before looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski
     certified upper estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,)."""
@@ -230,15 +227,22 @@ def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iter
 
 
 def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional[float] = None, iters: int = 2000,
-          seed: int = 0, certify: Optional[dict] = None) -> PowerResult:
+          seed: int = 0, certify: Optional[dict] = None, residual: bool = False) -> PowerResult:
     """The true local Lipschitz constant at X (..., n, d): ||J_F(X)|| of the layer (values (...,)) or, heads=True,
     ||J_{f_l}(X)|| of every head's map f_l(X) = P_l (X wv_l + bv_l) wo_l (values (..., h), on reduced_heads).
 
-    tol=None: harness.tolerances.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
+    tol=None: harness.settings.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
     layers, else Lanczos from the seeded Gaussian); certify=dict(steps=..., fail_prob=...): certified_norm, whose
-    `upper` is the KW estimate. Non-convergence is not raised: read `.converged`."""
+    `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I|| (layer only, with
+    certify). Non-convergence is not raised: read `.converged`."""
+    if residual and (heads or certify is None):
+        raise ValueError("truth(residual=True) is the certified layer constant: pass certify=dict(...), heads=False")
     if heads:
         X, w = reduced_heads(X, w)
     if certify is None:
         return lipschitz(X, w, causal, tol=tol, iters=iters, seed=seed)
-    return certified_norm(*layer_operator(X, w, causal), X, tol, iters, seed, **certify)
+    matvec, rmatvec = layer_operator(X, w, causal)
+    if residual:  # J_F + I and its adjoint J_F^T + I
+        mv, rmv = matvec, rmatvec
+        matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
+    return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify)

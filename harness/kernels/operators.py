@@ -24,6 +24,7 @@ import torch
 
 from harness.kernels.krylov import GramOperator
 from harness.kernels.linalg import safe_norm
+from harness.settings import GRAM_ROUNDING
 
 Tensor = torch.Tensor
 
@@ -91,7 +92,7 @@ class MGram(GramOperator):
         KtK = self.K.transpose(-1, -2) @ self.K
         QtQ = self.Q.transpose(-1, -2) @ self.Q
         top = lambda G: torch.linalg.eigvalsh(G)[..., -1].clamp_min(0).sqrt()
-        slack = 1 + 1000 * torch.finfo(self.K.dtype).eps * self.r  # rounding of the Gram eigenvalues
+        slack = 1 + GRAM_ROUNDING * torch.finfo(self.K.dtype).eps * self.r  # rounding of the Gram eigenvalues
         return (top(KtK) + top(QtQ)) * slack * self.scale
 
     def right_vector(self, V: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ import torch
 
 from harness.kernels.krylov import CallableGram, lanczos
 from harness.kernels.linalg import safe_norm
+from harness.settings import SUSPICIOUS_STEPS, norm_tol
 
 Tensor = torch.Tensor
 
@@ -79,14 +80,9 @@ def report_nonconvergence(done: Tensor, rel: Tensor, iters: int, tol: float, on_
 
 
 def default_tol(dtype) -> float:
-    """Relative tolerance of the norms inside bounds in a dtype: harness.tolerances.norm_tol (1e-10 for float64,
+    """Relative tolerance of the norms inside bounds in a dtype: harness.settings.norm_tol (1e-10 for float64,
     1e-5 for float32/lower; the reasons are there)."""
-    from harness.tolerances import norm_tol
-
     return norm_tol(dtype)
-
-
-SUSPICIOUS_STEPS = 2  # a caller's start that converges within this many products is checked from a random start
 
 
 def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Tensor], Tensor], v0: Tensor,

@@ -140,10 +140,10 @@ class AlbertAdapter(Adapter):
 
     def modules(self):
         enc = getattr(self.model, "base_model", self.model).encoder
-        cfg = self.model.config
-        per = cfg.num_hidden_layers / cfg.num_hidden_groups
+        hf_config = self.model.config
+        per = hf_config.num_hidden_layers / hf_config.num_hidden_groups
         out = []
-        for i in range(cfg.num_hidden_layers):
+        for i in range(hf_config.num_hidden_layers):
             out += [lay.attention for lay in enc.albert_layer_groups[int(i / per)].albert_layers]
         return out
 

@@ -161,8 +161,8 @@ class RotaryAdapter(_ContextAdapter):
     def weights(self, a, dtype=torch.float64):
         if hasattr(a, "q_norm") or hasattr(a, "k_norm"):
             raise ValueError(f"{self.name} adapter: per-head q/k normalization is not supported")
-        cfg = self.model.config
-        h, kv, dh = cfg.num_attention_heads, cfg.num_key_value_heads, a.head_dim
+        hf_config = self.model.config
+        h, kv, dh = hf_config.num_attention_heads, hf_config.num_key_value_heads, a.head_dim
         (Wq, bq), (Wk, bk), (Wv, bv), (Wo, bo) = (_linear(x) for x in (a.q_proj, a.k_proj, a.v_proj, a.o_proj))
         (Wk, bk), (Wv, bv) = _expand_kv(Wk, bk, h, kv, dh), _expand_kv(Wv, bv, h, kv, dh)
         return _dense(Wq, Wk, Wv, Wo, bq, bk, bv, bo, h, a.scaling, dtype)

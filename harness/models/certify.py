@@ -9,7 +9,7 @@ For a stem input u (image or word embeddings) and ||u' - u|| <= eps:
   increasing in eps).
 
 Bounds: the ball-change bounds of harness.bounds.registry (`BOUNDS`: its built-in Theorem 1 variants naive /
-coarse / fine / sharp / refined, harness.bounds.ball_change; `bound_list()` adds the second-order certificate
+coarse / fine / sharp / refined, harness.bounds.ball_change; `registry.ball_change_names()` adds the second-order certificate
 (harness.bounds.second_order: the certified exact local constant of the block plus a curvature term), "best" (the
 minimum of all built-in certificates at each layer and eps, sound as each of them is; `Certificate.best_choice`
 names the one that won) and the plug-ins registered with bounds="ball_change"). The per-layer terms are computed once per input with harness.bounds.lofast (zeta,
@@ -33,6 +33,7 @@ from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.kernels.pgd import pgd_maximize
 from harness.models.lipvit import LipTransformer, block_inputs
+from harness.settings import CERTIFY_EPS
 
 Tensor = torch.Tensor
 
@@ -44,15 +45,10 @@ CERTIFICATES = tuple(b.name for b in registry.bounds(scope="layer", what="ball_c
 BUILTIN = BOUNDS + CERTIFICATES  # every built-in certificate, in the registry's order
 
 
-def bound_list() -> tuple:
-    """The bounds a certificate can use: BOUNDS, then every plug-in registered with bounds="ball_change"."""
-    return tuple(b.name for b in registry.bounds(scope="layer", what="ball_change"))
-
-
 def _ball_bound(bound: str) -> registry.Bound:
-    if bound not in bound_list():
-        raise ValueError(f"unknown bound {bound!r}; choose from {bound_list()} (a plug-in certifies when registered "
-                         "with bounds='ball_change', scope='layer')")
+    if bound not in registry.ball_change_names():
+        raise ValueError(f"unknown bound {bound!r}; choose from {registry.ball_change_names()} (a plug-in certifies "
+                         "when registered with bounds='ball_change', scope='layer')")
     return registry.get(bound, "layer")
 
 
@@ -77,9 +73,6 @@ class LayerTerms:
     w: Optional[AttentionWeights] = None
     truth: Optional[Tensor] = None  # (B,) ||J(Z)|| of the layer map (F + I with the residual), Lanczos
     truth_up: Optional[Tensor] = None  # (B,) its certified upper estimate (the second-order certificate's U)
-
-
-CERTIFY_EPS = 1e-2  # KW relative eps on the squared norms: the upper estimates are <= 1/sqrt(0.99) x the Ritz values
 
 
 def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: bool = True, **power) -> LayerTerms:

@@ -44,8 +44,8 @@ def _layer(model, layer: int):
 
 def is_causal(model) -> bool:
     """True for decoder models whose self-attention is causally masked (GPT-2; BERT with is_decoder)."""
-    cfg = model.config
-    return cfg.model_type in CAUSAL_TYPES or bool(getattr(cfg, "is_decoder", False))
+    hf_config = model.config
+    return hf_config.model_type in CAUSAL_TYPES or bool(getattr(hf_config, "is_decoder", False))
 
 
 def n_layers(model) -> int:

@@ -14,10 +14,10 @@ import torch
 
 from harness.bounds import lofast, registry
 from harness.kernels.attention import AttentionWeights, attention
-from harness.models.certify import (BOUNDS, BUILTIN, bound_list, certify, layer_delta, layer_terms, margins,
+from harness.models.certify import (BOUNDS, BUILTIN, certify, layer_delta, layer_terms, margins,
                                     mnorm_ratio, pgd_attack)
 from harness.models.lipvit import LipTransformer, block_inputs
-from harness.models.lofast_train import cfg_from_cell, stem_inputs, test_batch, trained_model
+from harness.models.lofast_train import recipe_from_cell, stem_inputs, test_batch, trained_model
 
 Tensor = torch.Tensor
 
@@ -55,13 +55,13 @@ def minilm_layer(count: int, n: int, layer: int = 0, seed: int = 0, dtype=torch.
 def study_layer(source: str, count: int, *, cell: Dict, seed: int = 0, store=None, root=None, dtype=torch.float64,
                 device="cpu", pbar=None) -> Tuple[AttentionWeights, Tensor, str]:
     """(w, X (count, n, d), label) for a bound study, in (dtype, device): 'vit' = the first layer of the trained
-    STUDY_VIT (training budget from the cell's keys, see lofast_train.cfg_from_cell) at its real attention inputs
+    STUDY_VIT (training budget from the cell's keys, see lofast_train.recipe_from_cell) at its real attention inputs
     (rows in the unit ball by LayerProject(1)) rescaled onto the unit sphere; 'minilm' = MiniLM layer 0 at 16
     SST-2 tokens, unit rows. store/root: where the trained ViT is cached (see lofast_train.trained_model)."""
     if source == "vit":
-        cfg = cfg_from_cell("vit", cell, seed=seed, device=str(device), **STUDY_VIT)
-        model, _ = trained_model(cfg, store=store, root=root, dtype=dtype, device=device, pbar=pbar)
-        batch, _ = test_batch(cfg, count, device)
+        recipe = recipe_from_cell("vit", cell, seed=seed, device=str(device), **STUDY_VIT)
+        model, _ = trained_model(recipe, store=store, root=root, dtype=dtype, device=device, pbar=pbar)
+        batch, _ = test_batch(recipe, count, device)
         w, Z = vit_layer(model, stem_inputs(model, batch))
         return w, unit_rows(Z), "LipViT L{layers}-h{heads}-c{vo_norm} layer 0".format(**STUDY_VIT)
     if source == "minilm":
@@ -152,7 +152,7 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
     violations -1) where a kind has no value; `won` (radius rows of "best") names the certificate that gave the
     last layer's change at the point's radius. `guarantee`: the bound's certificates hold for an input with
     probability >= 1 - guarantee over the seeded Lanczos starts (Certificate.guarantee_of; 0 for naive).
-    Bounds: certify.bound_list(), the paper's and ours, then any plug-in registered with bounds="ball_change"
+    Bounds: registry.ball_change_names(), the paper's and ours, then any plug-in registered with bounds="ball_change"
     (trusted as deterministic: guarantee 0); `violations` > 0 means a certificate is unsound."""
     cert = certificate(model, batch, y)
     u = stem_inputs(model, batch)
@@ -164,7 +164,7 @@ def certify_rows(model: LipTransformer, batch: Tensor, y: Tensor, eps_list: Sequ
                 certificate_dtype=CERTIFICATE_DTYPE, **mnorm_ratio(cert))
     nan = float("nan")
     rows = []
-    names = bound_list()
+    names = registry.ball_change_names()
     for e in map(float, eps_list):
         attack = pgd_attack(model, u, y, e, seed=seed, steps=pgd_steps, restarts=pgd_restarts) if e > 0 else -margin
         robust = (margin > 0) & (attack < 0)
@@ -190,10 +190,10 @@ def certified_cell(arch: str, cell: Dict, ctx, store=None) -> List[dict]:
     """One grid cell of lofast_certified ("vit") / lofast_text ("text"): train or load the model the cell names
     (through `store`, e.g. harness.store.artifacts.cached_artifact, under ctx.artifacts), then `certify_rows` on the
     first `points` test points with the cell's eps list and PGD budget."""
-    cfg = cfg_from_cell(arch, cell, seed=ctx.seed, device=ctx.device)
-    model, info = trained_model(cfg, store=store, root=ctx.artifacts, dtype=ctx.torch_dtype,
+    recipe = recipe_from_cell(arch, cell, seed=ctx.seed, device=ctx.device)
+    model, info = trained_model(recipe, store=store, root=ctx.artifacts, dtype=ctx.torch_dtype,
                                 device=ctx.torch_device, pbar=ctx.pbar)
-    batch, y = test_batch(cfg, int(cell["points"]), ctx.torch_device)
+    batch, y = test_batch(recipe, int(cell["points"]), ctx.torch_device)
     common = dict(test_acc_full=info["test_acc"], train_seconds=info["train_seconds"])
     return certify_rows(model, batch, y, cell["eps"], int(cell["pgd_steps"]), int(cell["pgd_restarts"]), ctx.seed,
                         common)

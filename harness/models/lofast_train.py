@@ -19,6 +19,7 @@ import torch
 from harness.context import fixed_threads
 from harness.models.lipvit import LipText, LipTransformer, LipViT
 from harness.models.train import TRAIN_THREADS, accuracy, fit
+from harness.settings import torch_dtype
 
 KIND = "lofast_model"
 IMAGE_SHAPE = {"cifar10": (32, 3), "svhn": (32, 3)}  # (size, channels); Fashion-MNIST and synthetic: 28x28x1
@@ -48,7 +49,7 @@ def model_cfg(kind: str, *, layers: int, heads: int, vo_norm: float, seed: int, 
 TRAIN_KEYS = ("dataset", "train_size", "test_size", "epochs", "lr", "patch")  # the training budget (grid keys)
 
 
-def cfg_from_cell(kind: str, cell: Dict[str, Any], *, seed: int, device: str = "cpu", **arch) -> Dict[str, Any]:
+def recipe_from_cell(kind: str, cell: Dict[str, Any], *, seed: int, device: str = "cpu", **arch) -> Dict[str, Any]:
     """model_cfg from an experiment cell's training-budget keys (TRAIN_KEYS; 'patch' only for 'vit') and the
     architecture (layers, heads, vo_norm) from `arch` or else from the cell."""
     keys = TRAIN_KEYS if kind == "vit" else TRAIN_KEYS[:-1]
@@ -60,36 +61,36 @@ def cfg_from_cell(kind: str, cell: Dict[str, Any], *, seed: int, device: str = "
 
 
 # ---- data ---------------------------------------------------------------------------------------------------
-def load_data(cfg: Dict[str, Any], split: str, limit: Optional[int] = None):
+def load_data(recipe: Dict[str, Any], split: str, limit: Optional[int] = None):
     """(X, y, vocab) of a split ('train' | 'test'): images (N, 1, 28, 28) float32 in [0, 1] or token ids (N, n).
 
     'synthetic' is harness.data's synthetic set (images) or synthetic_labeled_ids (text); SST-2's test split
     is its dev split (the test split has no labels). vocab is None for images."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    limit = limit or (cfg["n_train"] if split == "train" else cfg["n_test"])
-    if cfg["kind"] == "vit":
+    limit = limit or (recipe["n_train"] if split == "train" else recipe["n_test"])
+    if recipe["kind"] == "vit":
         from harness.data.images import load_images
 
-        X, y, _ = load_images(cfg["dataset"], split=split, limit=limit, n_synthetic=limit)
+        X, y, _ = load_images(recipe["dataset"], split=split, limit=limit, n_synthetic=limit)
         return X, y, None
     from harness.data import text
 
-    if cfg["dataset"] == "synthetic":
-        return text.synthetic_labeled_ids(split, cfg["n"], limit)
-    if cfg["dataset"] != "sst2":
-        raise ValueError(f"text dataset must be 'sst2' or 'synthetic', got {cfg['dataset']!r}")
+    if recipe["dataset"] == "synthetic":
+        return text.synthetic_labeled_ids(split, recipe["n"], limit)
+    if recipe["dataset"] != "sst2":
+        raise ValueError(f"text dataset must be 'sst2' or 'synthetic', got {recipe['dataset']!r}")
     from harness.models.text import bert_tokenizer
 
     tok = bert_tokenizer()
-    ids, y = text.load_sst2("train" if split == "train" else "dev", max_len=cfg["n"], tokenizer=tok, limit=limit)
+    ids, y = text.load_sst2("train" if split == "train" else "dev", max_len=recipe["n"], tokenizer=tok, limit=limit)
     return ids, y, int(tok.vocab_size)
 
 
-def vocab_size(cfg: Dict[str, Any]) -> Optional[int]:
-    if cfg["kind"] == "vit":
+def vocab_size(recipe: Dict[str, Any]) -> Optional[int]:
+    if recipe["kind"] == "vit":
         return None
-    if cfg["dataset"] == "synthetic":
+    if recipe["dataset"] == "synthetic":
         return 200
     from harness.models.text import bert_tokenizer
 
@@ -114,22 +115,22 @@ def minilm_pca_embeddings(d: int) -> torch.Tensor:
         return E @ V[:, :d]  # (vocab, d)
 
 
-def build(cfg: Dict[str, Any]) -> LipTransformer:
-    """The untrained float32 CPU model of a config, initialized from seed cfg['seed'] (a text model's
+def build(recipe: Dict[str, Any]) -> LipTransformer:
+    """The untrained float32 CPU model of a config, initialized from seed recipe['seed'] (a text model's
     embeddings start from MiniLM's, PCA'd to d, unless the data is synthetic)."""
-    common = dict(d=cfg["d"], depth=cfg["depth"], heads=cfg["heads"], vo_norm=cfg["vo_norm"],
-                  ffn_mult=cfg["ffn_mult"], qk_norm=cfg["qk_norm"])
+    common = dict(d=recipe["d"], depth=recipe["depth"], heads=recipe["heads"], vo_norm=recipe["vo_norm"],
+                  ffn_mult=recipe["ffn_mult"], qk_norm=recipe["qk_norm"])
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg["seed"])
-        if cfg["kind"] == "vit":
-            size, channels = IMAGE_SHAPE.get(cfg["dataset"], (28, 1))
-            return LipViT(image_size=size, patch=cfg["patch"], channels=channels, classes=10,
-                          embed_norm=cfg["embed_norm"], **common)
-        vocab = vocab_size(cfg)
-        m = LipText(vocab=vocab, n=cfg["n"], classes=2, embed_scale=cfg["embed_scale"], **common)
-    if cfg.get("emb_init") == "minilm-pca" and cfg["dataset"] != "synthetic":
+        torch.manual_seed(recipe["seed"])
+        if recipe["kind"] == "vit":
+            size, channels = IMAGE_SHAPE.get(recipe["dataset"], (28, 1))
+            return LipViT(image_size=size, patch=recipe["patch"], channels=channels, classes=10,
+                          embed_norm=recipe["embed_norm"], **common)
+        vocab = vocab_size(recipe)
+        m = LipText(vocab=vocab, n=recipe["n"], classes=2, embed_scale=recipe["embed_scale"], **common)
+    if recipe.get("emb_init") == "minilm-pca" and recipe["dataset"] != "synthetic":
         with torch.no_grad():
-            m.emb.weight.copy_(minilm_pca_embeddings(cfg["d"])[:vocab])
+            m.emb.weight.copy_(minilm_pca_embeddings(recipe["d"])[:vocab])
     return m
 
 
@@ -138,15 +139,15 @@ def _train_inputs(model: LipTransformer, batch: torch.Tensor) -> torch.Tensor:
     return model.embed_ids(batch) if isinstance(model, LipText) else batch
 
 
-def train(cfg: Dict[str, Any], pbar=None) -> Dict[str, Any]:
-    """Train the model of `cfg` from scratch: {"state_dict": CPU tensors, "info": plain floats}."""
-    Xtr, ytr, _ = load_data(cfg, "train")
-    Xte, yte, _ = load_data(cfg, "test")
-    model = build(cfg).to(device=cfg["device"], dtype=getattr(torch, cfg["train_dtype"]))
+def train(recipe: Dict[str, Any], pbar=None) -> Dict[str, Any]:
+    """Train the model of `recipe` from scratch: {"state_dict": CPU tensors, "info": plain floats}."""
+    Xtr, ytr, _ = load_data(recipe, "train")
+    Xte, yte, _ = load_data(recipe, "test")
+    model = build(recipe).to(device=recipe["device"], dtype=torch_dtype(recipe["train_dtype"]))
     t0 = time.time()
-    desc = f"train {cfg['kind']} L{cfg['depth']} h{cfg['heads']} c{cfg['vo_norm']}"
-    m = fit(model, Xtr, ytr, epochs=cfg["epochs"], batch_size=cfg["batch"], lr=cfg["lr"], seed=cfg["seed"],
-            schedule="cosine", logit_scale=cfg["tau"], inputs=_train_inputs,
+    desc = f"train {recipe['kind']} L{recipe['depth']} h{recipe['heads']} c{recipe['vo_norm']}"
+    m = fit(model, Xtr, ytr, epochs=recipe["epochs"], batch_size=recipe["batch"], lr=recipe["lr"], seed=recipe["seed"],
+            schedule="cosine", logit_scale=recipe["tau"], inputs=_train_inputs,
             pbar=None if pbar is None else (lambda total, desc_=desc, **_: pbar(total=total, desc=desc_)))
     info = {"train_seconds": time.time() - t0, "train_acc": accuracy(model, Xtr[:2000], ytr[:2000], inputs=_train_inputs),
             "test_acc": accuracy(model, Xte, yte, inputs=_train_inputs), "final_loss": float(m["loss_last"]),
@@ -154,27 +155,27 @@ def train(cfg: Dict[str, Any], pbar=None) -> Dict[str, Any]:
     return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "info": info}
 
 
-def trained_model(cfg: Dict[str, Any], *, store=None, root=None, dtype=torch.float64, device="cpu",
+def trained_model(recipe: Dict[str, Any], *, store=None, root=None, dtype=torch.float64, device="cpu",
                   pbar=None) -> Tuple[LipTransformer, Dict[str, Any]]:
-    """The trained model of `cfg` in eval mode, cast to (dtype, device), and its training info.
+    """The trained model of `recipe` in eval mode, cast to (dtype, device), and its training info.
 
-    store(kind, cfg, build, root=, code=[modules]): a cached_artifact-like callable; None trains every call."""
+    store(kind, recipe, build, root=, code=[modules]): a cached_artifact-like callable; None trains every call."""
     built = []
 
     def make() -> Dict[str, Any]:
         built.append(True)
-        return train(cfg, pbar)
+        return train(recipe, pbar)
 
-    blob = make() if store is None else store(KIND, cfg, make, root=root, code=[sys.modules[__name__]])
-    model = build(cfg)
+    blob = make() if store is None else store(KIND, recipe, make, root=root, code=[sys.modules[__name__]])
+    model = build(recipe)
     model.load_state_dict(blob["state_dict"])
     return model.to(device=device, dtype=dtype).eval(), dict(blob["info"], cached=not built)
 
 
-def test_batch(cfg: Dict[str, Any], count: int, device="cpu") -> Tuple[torch.Tensor, torch.Tensor]:
+def test_batch(recipe: Dict[str, Any], count: int, device="cpu") -> Tuple[torch.Tensor, torch.Tensor]:
     """The first `count` test points as a data batch (images float32, or token ids) and labels, on `device`.
     stem_inputs(model, batch) turns it into the model's stem input u in the model's dtype."""
-    X, y, _ = load_data(cfg, "test")
+    X, y, _ = load_data(recipe, "test")
     return X[:count].to(device), y[:count].to(device)
 
 

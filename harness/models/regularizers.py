@@ -2,7 +2,7 @@
 
 A regularizer is called as `reg(model, probs)` with probs the per-layer attention maps [(B, h, n, n)] of the
 current batch (from ViT.forward(x, return_attn=True)) and returns lambda * penalty (a scalar). `needs_attn`
-tells the training loop whether to collect the maps; `cfg` is what keys a trained model's cache entry.
+tells the training loop whether to collect the maps; `recipe` is what keys a trained model's cache entry.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class JaSMin:
         self.k, self.lam, self.agg = k, float(lam), agg
 
     @property
-    def cfg(self) -> Dict:
+    def recipe(self) -> Dict:
         return {"type": "jasmin", "k": self.k, "lam": self.lam, "agg": self.agg}
 
     def penalty(self, probs: Sequence[Tensor]) -> Tensor:
@@ -107,7 +107,7 @@ class Specformer:
         return cls(*table[which], iters=iters)
 
     @property
-    def cfg(self) -> Dict:
+    def recipe(self) -> Dict:
         return {"type": "specformer", "lam_q": self.lams["Wq"], "lam_k": self.lams["Wk"],
                 "lam_v": self.lams["Wv"], "iters": self.iters}
 
@@ -134,11 +134,11 @@ class Specformer:
         return total
 
 
-def from_cfg(cfg: Optional[Dict]):
-    """Rebuild a regularizer from its .cfg dict (None -> None)."""
-    if cfg is None:
+def from_recipe(recipe: Optional[Dict]):
+    """Rebuild a regularizer from its .recipe dict (None -> None)."""
+    if recipe is None:
         return None
-    c = dict(cfg)
+    c = dict(recipe)
     t = c.pop("type", None)
     if t == "jasmin":
         return JaSMin(**c)

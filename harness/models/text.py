@@ -262,14 +262,14 @@ def build(name: str, pretrained: Pretrained = None, seed: int = 0, overrides: Op
             torch.manual_seed(seed)
             model = AutoModel.from_config(config, attn_implementation="eager")
     model.eval()
-    cfg = model.config
+    hf_config = model.config
     src = model_source(name, False if overrides else pretrained, seed)
     if overrides:
         src = src[:-1] + f", {overrides})"
-    tok = tokenizer_for(base, cfg.model_type, folder) if with_tokenizer else None
+    tok = tokenizer_for(base, hf_config.model_type, folder) if with_tokenizer else None
     info = {"name": name, "pretrained": kind in ("package", "hub"), "causal": hf.is_causal(model),
-            "n_layers": cfg.num_hidden_layers, "n_heads": cfg.num_attention_heads, "d": cfg.hidden_size,
-            "model_type": cfg.model_type, "source": src}
+            "n_layers": hf_config.num_hidden_layers, "n_heads": hf_config.num_attention_heads, "d": hf_config.hidden_size,
+            "model_type": hf_config.model_type, "source": src}
     return TextModel(model, tok, info, src)
 
 

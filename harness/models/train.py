@@ -12,13 +12,13 @@ runner set. Measured on 2 cores: a ViT or LipViT trained with 2 threads differs 
 training with 1 thread (parallel sums split by thread count round differently, and training compounds it), and
 one thread was not slower here (LipViT quick, 94 steps: 3.3 s vs 8.2 s with 2 threads on a shared machine).
 
-train_classifier cfg keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
+train_classifier recipe keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
 model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, schedule ("constant" |
 "cosine", see fit), weight_decay, seed, max_steps (None = all), device ("cpu" | "cuda"; training is float32).
-The regularizer's own cfg and a fingerprint of explicitly passed data join the key.
+The regularizer's own recipe and a fingerprint of explicitly passed data join the key.
 
 This module imports no store: pass `store` = harness.store.artifacts.cached_artifact (signature
-store(kind, cfg, build, root=..., code=[modules])) and `root` (e.g. ctx.artifacts) to cache the trained
+store(kind, recipe, build, root=..., code=[modules])) and `root` (e.g. ctx.artifacts) to cache the trained
 state_dict and metrics (plain data only); without a store the model is trained on every call.
 """
 from __future__ import annotations
@@ -160,17 +160,17 @@ def _fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, bat
 
 
 # ---- train_classifier (image classifiers, e.g. JaSMin's ViTs) ----------------------------------------------------
-def full_cfg(cfg: dict, regularizer=None, data: Optional[Data] = None) -> dict:
-    """cfg with defaults filled in, plus the regularizer cfg and the data fingerprint."""
-    unknown = set(cfg) - set(DEFAULTS)
+def full_recipe(recipe: dict, regularizer=None, data: Optional[Data] = None) -> dict:
+    """recipe with defaults filled in, plus the regularizer recipe and the data fingerprint."""
+    unknown = set(recipe) - set(DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown training cfg keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+        raise ValueError(f"unknown training recipe keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
     c = copy.deepcopy(DEFAULTS)
-    c.update(copy.deepcopy(cfg))
+    c.update(copy.deepcopy(recipe))
     if c["epochs"] < 1 or c["batch_size"] < 1 or c["lr"] <= 0:
         raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {c['epochs']}, {c['batch_size']}, {c['lr']}")
     c["device"] = str(c["device"]).split(":")[0]  # the kind of device changes numbers, not which one
-    c["regularizer"] = None if regularizer is None else regularizer.cfg
+    c["regularizer"] = None if regularizer is None else regularizer.recipe
     c["data_fingerprint"] = None if data is None else data_fingerprint(data)
     return c
 
@@ -186,7 +186,7 @@ def data_fingerprint(data: Data) -> str:
 
 
 def load_data(c: dict) -> Tuple[Data, dict]:
-    """((Xtr, ytr), (Xte, yte)) and info for cfg's dataset."""
+    """((Xtr, ytr), (Xte, yte)) and info for recipe's dataset."""
     from harness.data.images import load_images
 
     Xtr, ytr, info = load_images(c["dataset"], root=c["data_root"], split="train", limit=c["train_limit"])
@@ -195,25 +195,25 @@ def load_data(c: dict) -> Tuple[Data, dict]:
 
 
 def build_model(c: dict, shape, n_classes: int) -> nn.Module:
-    """The architecture named by cfg['arch'] for inputs of `shape` (C, H, W)."""
+    """The architecture named by recipe['arch'] for inputs of `shape` (C, H, W)."""
     if c["arch"] != "vit":
         raise ValueError(f"unknown arch {c['arch']!r}: train_classifier builds 'vit' (pass model_fn for others)")
     return _vit.vit_for(tuple(shape), n_classes, **c["model"])
 
 
-def train_classifier(cfg: dict, ctx=None, regularizer=None, data: Optional[Data] = None,
+def train_classifier(recipe: dict, ctx=None, regularizer=None, data: Optional[Data] = None,
                      model_fn: Optional[Callable[[dict, tuple, int], nn.Module]] = None,
                      force: bool = False, store=None, root=None) -> nn.Module:
-    """Train (or load through `store`) a classifier; returns the model in eval() mode (float32, on cfg's device)
+    """Train (or load through `store`) a classifier; returns the model in eval() mode (float32, on recipe's device)
     with `model.train_metrics` (clean test accuracy, losses, per-step time), `model.train_cfg`, `model.cached`.
 
-    data: ((Xtr, ytr), (Xte, yte)) to bypass the loader (fingerprinted into the key). model_fn(cfg, shape,
-    n_classes) builds another architecture (its identity must be in cfg, e.g. cfg['arch']; a store keys only
+    data: ((Xtr, ytr), (Xte, yte)) to bypass the loader (fingerprinted into the key). model_fn(recipe, shape,
+    n_classes) builds another architecture (its identity must be in recipe, e.g. recipe['arch']; a store keys only
     this module's import closure, so a model_fn's own code is not hashed); it must accept
     forward(x, return_attn=True) -> (logits, probs, inputs) if the regularizer needs attention maps.
     store: cached_artifact-like callable; root: its folder (default ctx.artifacts). ctx: for its pbar/artifacts.
     """
-    c = full_cfg(cfg, regularizer, data)
+    c = full_recipe(recipe, regularizer, data)
     if data is None:
         data, info = load_data(c)
         n_classes = info["n_classes"]

@@ -107,10 +107,10 @@ class ViT(nn.Module):
             raise ValueError(f"images must be (B, C, H, W), got shape {tuple(x.shape)}")
         B, C, H, W = x.shape
         p = self.patch
-        cfg = self.config
-        if C != cfg["in_chans"] or H != cfg["image_size"] or W != cfg["image_size"]:
+        hf_config = self.config
+        if C != hf_config["in_chans"] or H != hf_config["image_size"] or W != hf_config["image_size"]:
             raise ValueError(f"images of shape {(C, H, W)} do not match the ViT "
-                             f"({cfg['in_chans']}, {cfg['image_size']}, {cfg['image_size']})")
+                             f"({hf_config['in_chans']}, {hf_config['image_size']}, {hf_config['image_size']})")
         x = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)  # (B, H/p, W/p, C, p, p)
         return x.reshape(B, (H // p) * (W // p), C * p * p)
 

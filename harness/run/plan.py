@@ -255,7 +255,7 @@ def check_bounds(names: Sequence[str], cfg: RunConfig) -> None:
     """--bound: each plug-in must load ('module:function', a callable) and some selected experiment must use it."""
     if not cfg.bounds:
         return
-    from ..bounds.registry import load_function
+    from ..plugins import load_function
 
     for b in cfg.bounds:
         try:

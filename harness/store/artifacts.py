@@ -1,12 +1,12 @@
 """Artifacts shared across cells and experiments (trained models): tensors and plain data only.
 
-An artifact is `{"format", "kind", "cfg", "meta", "obj"}` written with torch.save and read back with
+An artifact is `{"format", "kind", "cfg" (its key data), "meta", "obj"}` written with torch.save and read back with
 `torch.load(weights_only=True)`: tensors, dicts, lists, tuples, str, int, float, bool and None load; anything
 else (a class, a function, a planted `__reduce__`) is refused by torch's restricted unpickler, never executed.
 The sidecar `.json` holds the sha256 of the file (detects truncation, not forgery; safety comes from the loader).
 A refused, truncated or mismatched file is reported once, removed and rebuilt.
 
-The key (file name) is the sha256 of `cfg` plus, with `code=[modules]`, the code hash of those modules'
+The key (file name) is the sha256 of `key_data` plus, with `code=[modules]`, the code hash of those modules'
 import closure (store.codehash.modules_hash) and the numeric library versions: editing the code that builds an
 artifact builds a new one; no hand-bumped version strings.
 """
@@ -40,9 +40,9 @@ def _root(root) -> Path:
     return Path(root)
 
 
-def full_cfg(cfg: Mapping[str, Any], code: Optional[Sequence] = None) -> dict:
-    """cfg plus the code hash of `code` modules and the library versions (what the key covers)."""
-    out = dict(cfg)
+def full_key(key_data: Mapping[str, Any], code: Optional[Sequence] = None) -> dict:
+    """key_data plus the code hash of `code` modules and the library versions (what the key covers)."""
+    out = dict(key_data)
     if code:
         from .codehash import modules_hash
         from .keys import library_versions
@@ -52,21 +52,21 @@ def full_cfg(cfg: Mapping[str, Any], code: Optional[Sequence] = None) -> dict:
     return json.loads(canonical_json(out))
 
 
-def artifact_path(kind: str, cfg: Mapping[str, Any], root=None, code: Optional[Sequence] = None,
+def artifact_path(kind: str, key_data: Mapping[str, Any], root=None, code: Optional[Sequence] = None,
                   suffix: str = ".pt") -> Path:
-    """<root>/<kind>/<sha256(full cfg)[:20]>.pt (root: a folder, a registry.Context, or None for the default)."""
+    """<root>/<kind>/<sha256(full key_data)[:20]>.pt (root: a folder, a registry.Context, or None for the default)."""
     if not kind or "/" in kind or kind.startswith("."):
         raise ValueError(f"artifact kind must be a plain non-empty name, got {kind!r}")
-    return _root(root) / kind / f"{sha256(canonical_json(full_cfg(cfg, code)))[:20]}{suffix}"
+    return _root(root) / kind / f"{sha256(canonical_json(full_key(key_data, code)))[:20]}{suffix}"
 
 
-def save_artifact(kind: str, cfg: Mapping[str, Any], obj: Any, root=None, meta: Optional[dict] = None,
+def save_artifact(kind: str, key_data: Mapping[str, Any], obj: Any, root=None, meta: Optional[dict] = None,
                   code: Optional[Sequence] = None) -> Path:
-    """Write {obj, cfg, meta} atomically; obj must be tensors and plain data (checked by loading it back)."""
+    """Write {obj, key_data, meta} atomically; obj must be tensors and plain data (checked by loading it back)."""
     import torch
 
-    path = artifact_path(kind, cfg, root, code)
-    blob = {"format": FORMAT, "kind": kind, "cfg": full_cfg(cfg, code), "meta": dict(meta or {}), "obj": obj}
+    path = artifact_path(kind, key_data, root, code)
+    blob = {"format": FORMAT, "kind": kind, "cfg": full_key(key_data, code), "meta": dict(meta or {}), "obj": obj}
     buf = io.BytesIO()
     torch.save(blob, buf)
     data = buf.getvalue()
@@ -87,17 +87,17 @@ def _remove(path: Path) -> None:
             p.unlink()
 
 
-def load_artifact(kind: str, cfg: Mapping[str, Any], root=None, map_location="cpu", with_meta: bool = False,
+def load_artifact(kind: str, key_data: Mapping[str, Any], root=None, map_location="cpu", with_meta: bool = False,
                   code: Optional[Sequence] = None):
-    """The saved obj for (kind, cfg), or None if absent. A damaged, mismatched or unsafe file (one that would
+    """The saved obj for (kind, key_data), or None if absent. A damaged, mismatched or unsafe file (one that would
     need code to load) is never executed: it is reported (warning naming the cause), removed, and None returned
     so the caller rebuilds it."""
     import torch
 
-    path = artifact_path(kind, cfg, root, code)
+    path = artifact_path(kind, key_data, root, code)
     if not path.is_file():
         return None
-    want = full_cfg(cfg, code)
+    want = full_key(key_data, code)
     try:
         data = path.read_bytes()
         try:
@@ -112,7 +112,7 @@ def load_artifact(kind: str, cfg: Mapping[str, Any], root=None, map_location="cp
             raise CorruptCell(f"refused by the safe loader (it would need code to load: "
                               f"{e.__class__.__name__}: {str(e).splitlines()[0][:200]})") from None
         if not isinstance(blob, dict) or blob.get("cfg") != want or blob.get("kind") != kind:
-            raise CorruptCell("cfg/kind mismatch")
+            raise CorruptCell("key data / kind mismatch")
     except CorruptCell as e:
         warnings.warn(f"artifact {path} unusable: {e}; removing it so it is rebuilt")
         _remove(path)
@@ -134,16 +134,16 @@ def locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def cached_artifact(kind: str, cfg: Mapping[str, Any], build: Callable[[], Any], root=None, meta=None,
+def cached_artifact(kind: str, key_data: Mapping[str, Any], build: Callable[[], Any], root=None, meta=None,
                     map_location="cpu", code: Optional[Sequence] = None):
     """load_artifact, else build() and save it; a file lock keeps parallel workers/runners from building twice.
 
     meta may be a callable (obj -> dict) evaluated after build()."""
-    path = artifact_path(kind, cfg, root, code)
+    path = artifact_path(kind, key_data, root, code)
     with locked(path):
-        obj = load_artifact(kind, cfg, root, map_location=map_location, code=code)
+        obj = load_artifact(kind, key_data, root, map_location=map_location, code=code)
         if obj is None:
             obj = build()
             m = meta(obj) if callable(meta) else meta
-            save_artifact(kind, cfg, obj, root, meta=m, code=code)
+            save_artifact(kind, key_data, obj, root, meta=m, code=code)
     return obj

@@ -18,12 +18,10 @@ def panel_label(model, layer, masked=None, extra="", pretrained=True):
 
 
 def truth_tolerance(dtype: str) -> float:
-    """The truth's Lanczos tolerance in `dtype` (harness.tolerances.truth_tol)."""
-    import torch
+    """The truth's Lanczos tolerance in `dtype` (harness.settings.truth_tol)."""
+    from harness.settings import truth_tol
 
-    from harness.tolerances import truth_tol
-
-    return truth_tol(getattr(torch, dtype))
+    return truth_tol(dtype)
 
 
 def random_tag(g) -> str:

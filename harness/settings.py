@@ -1,0 +1,130 @@
+"""Every setting that changes a computed number, named once with the reason for its value: the dtype vocabulary,
+the iteration tolerances, the failure probabilities and step counts of the certified estimates, the size
+thresholds that pick an algorithm, and the rounding slacks. Modules import their values from here; nothing
+else in the toolkit writes one of these numbers.
+
+Dtypes
+- `DTYPES`: the dtype names ("float64", "float32", "float16", "bfloat16"), each the name of its torch dtype;
+  `torch_dtype` is the one name -> torch map and validates a name (or a torch dtype) against them, once, where
+  a name enters (RunConfig, analyze's options).
+- `COMPUTE_DTYPES`: what the kernels compute in, float32 and float64 (half precisions round the n x n softmax
+  maps and their Jacobians too coarsely for a bound to mean anything; they stay training dtypes).
+
+Tolerances (three purposes, three names)
+- `norm_tol(dtype)`: the relative Ritz residual at which the power / Lanczos iterations *inside bounds* stop
+  (zeta, ||M_l||, ||P_l|| caps; kernels.power's default). A bound is as tight as the norms it reads, so these are
+  run close to the dtype's rounding: 1e-10 in float64 (a few products more than 1e-8) and 1e-5 in float32 and
+  below (float32 rounding is 6e-8; sums over n x n softmax maps accumulate more).
+- `truth_tol(dtype)`: the tolerance of "the truth", the true local Lipschitz constant ||J(X)|| of a head, a layer
+  or a block, wherever it is computed (bound registry, `attnlip analyze`, the Castin experiments). The Lanczos
+  residual test ||J^T J y - theta y|| / theta < tol bounds the relative error of sigma^2 by tol (Weyl), so of
+  sigma by tol / 2. float64: 1e-6 (sigma to <= 5e-7 relative, far below every reported ratio's 3 digits; each
+  further decade costs a few more products). float32: 1e-5. Measured on layers 0, 5 and 11 of a random
+  BERT-base at n = 256: float32 Lanczos converged at 1e-4 / 1e-5 / 1e-6 in 20-28 / 24-30 / 30-34 products
+  (float64 at 1e-10: 42-49), within 8e-8 of float64 every time, so 1e-5 costs 2-4 products more than 1e-4 and
+  keeps the truth's error (<= 5e-6 on sigma) inside the soundness slack below.
+- `SOUND_RTOL`: the slack of the one soundness rule (bounds.registry.is_sound): an upper bound counts as below
+  the truth (a lower bound above its reference) only by more than SOUND_RTOL relative. It must exceed the
+  truth's own error in every dtype: 1e-5 > truth_tol(float32) / 2 = 5e-6 > truth_tol(float64) / 2.
+
+Certified estimates (Kuczynski-Wozniakowski upper estimates from a seeded Gaussian start, docs/math.md §4)
+- `FAIL_PROB` = 1e-9: each estimate a certificate rests on (zeta, ||M_l||, the certified truth of the
+  second-order certificate). Certification multiplies estimates over layers, heads and test points and states
+  the union bound, so each one's probability is taken small; it costs ~log(1/p) products (KW's step count grows
+  like ln(sqrt(N) / p) / sqrt(eps)), a few percent more than 1e-6.
+- `REPORT_FAIL_PROB` = 1e-6: the certified upper estimate of a reported truth (`attnlip analyze`'s truth_upper,
+  kernels.layer.certified_norm's default): one number per layer and input, read beside the Ritz value.
+- `CERTIFY_EPS` = 1e-2: the relative KW eps on the squared norm that certification's first Lanczos cycle is run
+  long enough for, so its upper estimates are <= 1/sqrt(0.99) (0.5 %) above the Ritz values.
+- `CERTIFY_STEPS` = 24: the Lanczos products before a reported truth may stop (analyze). After k products KW's
+  relative eps on sigma^2 is (ln(1.648 sqrt(N) / p) / (2k - 1))^2: at k = 24 and p = 1e-6 that is 0.14 (n x d =
+  512) to 0.20 (512 tokens of BERT-base), so truth_upper is within 8-12 % of the Ritz value at a cost of at most
+  a few products beyond convergence; a longer first cycle tightens it.
+
+Algorithm choices by size
+- `KRYLOV_BYTES` = 128 MiB: the memory budget of the Lanczos basis of the bound norms (krylov + 1 copies of the
+  flat batch of iterates), which sets the basis size between `KRYLOV_MIN` and `KRYLOV_MAX` vectors.
+- `PARTIAL_MIN_DIM` = 4096, `PARTIAL_MIN_BYTES` = 32 MiB: reorth="auto" switches from full to Simon's partial
+  reorthogonalization from this operator dimension or this size of the batch's basis on (below, the whole basis
+  stays in cache and full reorthogonalization is cheaper than the bookkeeping; docs/notes/kernels.md).
+- `DENSE_MAX` = 384: n * d up to which kernels.layer.lipschitz forms J_F(X) explicitly (one batched product)
+  and takes its SVD instead of iterating (below it the dense route is faster and exact).
+- `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
+  a random start (it may have been orthogonal to the top singular vector).
+
+Mixed precision (float64 results from float32 iterations, bounds.lofast's mixed=True)
+- `MIXED_TOL` = 1e-5: where the float32 phase stops (float32's own norm tolerance); float64 Lanczos from its
+  Ritz vectors then reaches the requested float64 tol in a few products.
+- `MIXED_SLACK` = 1e-4: the relative padding of the float32 KW estimate carried into float64 (float32 rounding of
+  the Ritz value and of the residual, 6e-8 each, accumulated over at most a few hundred products).
+
+Rounding slacks (in units of the dtype's machine epsilon)
+- `RITZ_ROUNDING` = 100: the rounding of a computed Ritz value, by which the KW estimate is padded.
+- `GRAM_ROUNDING` = 1000: the rounding of the eigenvalues of a small dense Gram matrix (kernels.operators).
+
+Level 0: pure Python (torch is imported only to map a name to its dtype); every layer may import it.
+"""
+from __future__ import annotations
+
+# ---- dtypes -----------------------------------------------------------------------------------------------------
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+COMPUTE_DTYPES = ("float64", "float32")
+
+
+def dtype_name(dtype) -> str:
+    """torch.float64 or "float64" -> "float64" (not checked; see torch_dtype)."""
+    return str(dtype).replace("torch.", "")
+
+
+def check_dtype(dtype, allowed=DTYPES) -> str:
+    """The dtype's name if it is one of `allowed` (names), else a ValueError naming them."""
+    name = dtype_name(dtype)
+    if not isinstance(dtype, str) and not str(dtype).startswith("torch.") or name not in allowed:
+        raise ValueError(f"unknown dtype {dtype!r}: use {', '.join(allowed)}")
+    return name
+
+
+def torch_dtype(dtype, allowed=DTYPES):
+    """A dtype name ("float64", ...) or torch dtype -> the torch dtype (the one name -> torch map), checked."""
+    import torch
+
+    return getattr(torch, check_dtype(dtype, allowed))
+
+
+# ---- tolerances -------------------------------------------------------------------------------------------------
+NORM_TOL = {"float64": 1e-10}  # float32 and lower: NORM_TOL_LOW
+NORM_TOL_LOW = 1e-5
+TRUTH_TOL = {"float64": 1e-6}  # float32 and lower: TRUTH_TOL_LOW
+TRUTH_TOL_LOW = 1e-5
+SOUND_RTOL = 1e-5
+
+
+def norm_tol(dtype) -> float:
+    """Lanczos / power tolerance for the norms bounds are built from: 1e-10 in float64, 1e-5 below."""
+    return NORM_TOL.get(dtype_name(dtype), NORM_TOL_LOW)
+
+
+def truth_tol(dtype) -> float:
+    """Lanczos tolerance of the true local Lipschitz constant: 1e-6 in float64, 1e-5 below."""
+    return TRUTH_TOL.get(dtype_name(dtype), TRUTH_TOL_LOW)
+
+
+# ---- certified estimates ----------------------------------------------------------------------------------------
+FAIL_PROB = 1e-9
+REPORT_FAIL_PROB = 1e-6
+CERTIFY_EPS = 1e-2
+CERTIFY_STEPS = 24
+
+# ---- algorithm choices by size ----------------------------------------------------------------------------------
+KRYLOV_BYTES = 128 * 2**20
+KRYLOV_MIN, KRYLOV_MAX = 8, 64
+PARTIAL_MIN_DIM = 4096
+PARTIAL_MIN_BYTES = 32 * 2**20
+DENSE_MAX = 384
+SUSPICIOUS_STEPS = 2
+
+# ---- mixed precision and rounding -------------------------------------------------------------------------------
+MIXED_TOL = 1e-5
+MIXED_SLACK = 1e-4
+RITZ_ROUNDING = 100
+GRAM_ROUNDING = 1000
