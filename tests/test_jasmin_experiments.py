@@ -40,13 +40,13 @@ def test_grids_cover_the_issue():
         from experiments.jasmin.sweep import PAPER_CIFAR100
         assert labels <= set(PAPER_CIFAR100), labels - set(PAPER_CIFAR100)  # every row has the paper's beside it
         for c in cells:  # every sweep experiment trains the same models (one artifact per entry)
-            assert common.vit_cfg(c) == common.vit_cfg(cells[0]) or c["method"] != cells[0]["method"]
+            assert common.vit_recipe(c) == common.vit_recipe(cells[0]) or c["method"] != cells[0]["method"]
             assert c.get("k", 0) <= (28 // c["patch"]) ** 2 + 1
     lb = get_experiment("bound_leaderboard").cells("full")
     assert {c["model"] for c in lb} == {"minilm", "gpt2", "vit"}
     vit = [c for c in lb if c["model"] == "vit"][0]
     base = [c for c in get_experiment("jasmin_sweep").cells("full") if c["method"] == "baseline"][0]
-    assert common.vit_cfg(vit) == common.vit_cfg(base)  # the leaderboard's ViT is the sweep's baseline
+    assert common.vit_recipe(vit) == common.vit_recipe(base)  # the leaderboard's ViT is the sweep's baseline
     for scale in ("quick", "test"):
         assert get_experiment("jasmin_softmax").cells(scale) and get_experiment("jasmin_interlacing").cells(scale)
 

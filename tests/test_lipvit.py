@@ -156,7 +156,7 @@ def test_lofast_cfg_from_cell_and_errors():
     with pytest.raises(ValueError, match="lacks training keys"):
         lofast_train.recipe_from_cell("vit", {"layers": 1}, seed=0)
     with pytest.raises(ValueError, match="unknown model kind"):
-        lofast_train.model_cfg("rnn", layers=1, heads=1, vo_norm=0.5, seed=0, dataset="x", train_size=1,
+        lofast_train.model_recipe("rnn", layers=1, heads=1, vo_norm=0.5, seed=0, dataset="x", train_size=1,
                                test_size=1, epochs=1, lr=1.0)
 
 

@@ -105,7 +105,7 @@ def test_lipvit_trains_on_cifar10_shaped_images(offline, monkeypatch):
     from harness.models import lofast_train
 
     monkeypatch.setenv("ATTNLIP_DATA", str(_fake_cifar10(offline / "mirror")))
-    cfg = lofast_train.model_cfg("vit", layers=1, heads=2, vo_norm=0.5, seed=0, dataset="cifar10", train_size=32,
+    cfg = lofast_train.model_recipe("vit", layers=1, heads=2, vo_norm=0.5, seed=0, dataset="cifar10", train_size=32,
                                  test_size=16, epochs=1, lr=1e-2, patch=8)
     out = lofast_train.train(cfg)
     assert 0.0 <= out["info"]["test_acc"] <= 1.0 and out["info"]["steps"] >= 1

@@ -90,7 +90,7 @@ def sweep_columns(cell: Dict[str, Any], model) -> Dict[str, Any]:
             "test_acc_1000": model.train_metrics.get("test_acc")}
 
 
-def vit_cfg(cell: Dict[str, Any], train_seed: int = 0, device: str = "cpu") -> dict:
+def vit_recipe(cell: Dict[str, Any], train_seed: int = 0, device: str = "cpu") -> dict:
     """harness.models.train recipe of the JaSMin ViT of a cell (the regularizer's recipe joins the artifact key)."""
     model = dict(d=int(cell["vit_d"]), depth=int(cell["vit_depth"]), heads=int(cell["vit_heads"]), mlp_ratio=2.0,
                  patch=int(cell["patch"]), qkv_bias=False)
@@ -114,7 +114,7 @@ def trained_vit(ctx, cell: Dict[str, Any]):
     from harness.store.artifacts import cached_artifact
 
     reg = for_method(**regularizer_args(cell))
-    return train_classifier(vit_cfg(cell, int(cell.get("train_seed", 0)), str(ctx.torch_device)), ctx,
+    return train_classifier(vit_recipe(cell, int(cell.get("train_seed", 0)), str(ctx.torch_device)), ctx,
                             regularizer=reg, store=cached_artifact, root=ctx.artifacts)
 
 

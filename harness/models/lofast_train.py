@@ -26,7 +26,7 @@ IMAGE_SHAPE = {"cifar10": (32, 3), "svhn": (32, 3)}  # (size, channels); Fashion
 KINDS = ("vit", "text")
 
 
-def model_cfg(kind: str, *, layers: int, heads: int, vo_norm: float, seed: int, dataset: str, train_size: int,
+def model_recipe(kind: str, *, layers: int, heads: int, vo_norm: float, seed: int, dataset: str, train_size: int,
               test_size: int, epochs: int, lr: float, patch: int = 7, device: str = "cpu") -> Dict[str, Any]:
     """The full training config of a LipViT ('vit') or LipText ('text').
 
@@ -50,14 +50,14 @@ TRAIN_KEYS = ("dataset", "train_size", "test_size", "epochs", "lr", "patch")  # 
 
 
 def recipe_from_cell(kind: str, cell: Dict[str, Any], *, seed: int, device: str = "cpu", **arch) -> Dict[str, Any]:
-    """model_cfg from an experiment cell's training-budget keys (TRAIN_KEYS; 'patch' only for 'vit') and the
+    """model_recipe from an experiment cell's training-budget keys (TRAIN_KEYS; 'patch' only for 'vit') and the
     architecture (layers, heads, vo_norm) from `arch` or else from the cell."""
     keys = TRAIN_KEYS if kind == "vit" else TRAIN_KEYS[:-1]
     missing = [k for k in keys + ("layers", "heads", "vo_norm") if k not in cell and k not in arch]
     if missing:
         raise ValueError(f"cell lacks training keys {missing}")
     a = {k: arch.get(k, cell.get(k)) for k in ("layers", "heads", "vo_norm")}
-    return model_cfg(kind, seed=seed, device=device, **a, **{k: cell[k] for k in keys})
+    return model_recipe(kind, seed=seed, device=device, **a, **{k: cell[k] for k in keys})
 
 
 # ---- data ---------------------------------------------------------------------------------------------------

@@ -205,7 +205,7 @@ def train_classifier(recipe: dict, ctx=None, regularizer=None, data: Optional[Da
                      model_fn: Optional[Callable[[dict, tuple, int], nn.Module]] = None,
                      force: bool = False, store=None, root=None) -> nn.Module:
     """Train (or load through `store`) a classifier; returns the model in eval() mode (float32, on recipe's device)
-    with `model.train_metrics` (clean test accuracy, losses, per-step time), `model.train_cfg`, `model.cached`.
+    with `model.train_metrics` (clean test accuracy, losses, per-step time), `model.train_recipe`, `model.cached`.
 
     data: ((Xtr, ytr), (Xte, yte)) to bypass the loader (fingerprinted into the key). model_fn(recipe, shape,
     n_classes) builds another architecture (its identity must be in recipe, e.g. recipe['arch']; a store keys only
@@ -252,5 +252,5 @@ def train_classifier(recipe: dict, ctx=None, regularizer=None, data: Optional[Da
         model = new_model()
         model.load_state_dict(blob["state_dict"])
     model.eval()
-    model.train_metrics, model.train_cfg, model.cached = blob["metrics"], c, not built
+    model.train_metrics, model.train_recipe, model.cached = blob["metrics"], c, not built
     return model

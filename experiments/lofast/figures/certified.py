@@ -79,16 +79,16 @@ def certified_summary(table, eps_ref: float) -> str:
     lines = [f"| config | clean acc (full test) | certified acc at eps={eps_ref:g}: {' / '.join(shown)} | "
              f"PGD acc at eps={eps_ref:g} | median radius {' / '.join(radii)} | largest grid eps with cert > 0 (sharp) | "
              "mean ||M||/xi | violations |", "|---|---|---|---|---|---|---|---|"]
-    for cfgname in sorted(curves.config.unique()):
-        t = curves[curves.config == cfgname]
+    for name in sorted(curves.config.unique()):
+        t = curves[curves.config == name]
         sel = lambda b: t[(t.bound == b) & np.isclose(t.eps, eps_ref)]  # noqa: E731
-        r = rad[rad.config == cfgname]
+        r = rad[rad.config == name]
         med = {b: float(r[r.bound == b].radius.median()) for b in radii}
         f = t[(t.bound == "sharp") & (t.certified_acc > 0)]
         cert = [sel(b).certified_acc for b in shown]
         pgd = sel("fine").pgd_acc
         fmt = lambda c: f"{float(c.iloc[0]):.3f}" if len(c) else "-"  # noqa: E731
-        lines.append(f"| {cfgname} | {t.clean_acc.iloc[0]:.3f} ({t.test_acc_full.iloc[0]:.3f}) | "
+        lines.append(f"| {name} | {t.clean_acc.iloc[0]:.3f} ({t.test_acc_full.iloc[0]:.3f}) | "
                      + " / ".join(fmt(c) for c in cert) + f" | {fmt(pgd)} | "
                      + " / ".join(f"{med[b]:.3f}" for b in radii) + " | "
                      f"{f.eps.max() if len(f) else 0:.2f} | {t.m_over_xi_mean.iloc[0]:.3f} | "
@@ -133,13 +133,13 @@ def best_lines(rad) -> str:
            "layer's change at each certified point's radius:", "",
            "| config | refined | second_order | best | best / refined | won by (certified points) |",
            "|---|---|---|---|---|---|"]
-    for cfgname in sorted(rad.config.unique()):
-        r = rad[rad.config == cfgname]
+    for name in sorted(rad.config.unique()):
+        r = rad[rad.config == name]
         med = {b: float(r[r.bound == b].radius.median()) for b in ("refined", "second_order", "best")}
         gain = med["best"] / med["refined"] if med["refined"] > 0 else float("nan")
         won = r[(r.bound == "best") & (r.radius > 0)].won.value_counts() if "won" in r else None
         share = ", ".join(f"{k} {v / won.sum():.0%}" for k, v in won.items()) if won is not None and len(won) else "-"
-        out.append(f"| {cfgname} | {med['refined']:.4f} | {med['second_order']:.4f} | {med['best']:.4f} | "
+        out.append(f"| {name} | {med['refined']:.4f} | {med['second_order']:.4f} | {med['best']:.4f} | "
                    f"{gain:.3f} | {share} |")
     return "\n".join(out)
 
