@@ -61,6 +61,8 @@ Mixed precision (float64 results from float32 iterations, bounds.lofast's mixed=
 Rounding slacks (in units of the dtype's machine epsilon)
 - `RITZ_ROUNDING` = 100: the rounding of a computed Ritz value, by which the KW estimate is padded.
 - `GRAM_ROUNDING` = 1000: the rounding of the eigenvalues of a small dense Gram matrix (kernels.operators).
+- `SVD_ROUNDING` = 100: times N, the rounding of the top singular value of a dense N-column Jacobian
+  (kernels.layer.lipschitz's exact route), by which its `upper` is padded.
 
 Level 0: pure Python (torch is imported only to map a name to its dtype); every layer may import it.
 """
@@ -128,3 +130,4 @@ MIXED_TOL = 1e-5
 MIXED_SLACK = 1e-4
 RITZ_ROUNDING = 100
 GRAM_ROUNDING = 1000
+SVD_ROUNDING = 100

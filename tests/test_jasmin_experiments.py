@@ -37,8 +37,9 @@ def test_grids_cover_the_issue():
         for head in ("Baseline", "Specformer(joint, 1e-2)", "JaSMin k=10 lam=1e-2 mean", "JaSMin k=0 lam=1e-2 mean"):
             seeds = {c["train_seed"] for c in cells if method_label(**common.regularizer_args(c)) == head}
             assert len(seeds) >= 3, (name, head)  # >= 3 training seeds
-        from experiments.jasmin.sweep import PAPER_CIFAR100
-        assert labels <= set(PAPER_CIFAR100), labels - set(PAPER_CIFAR100)  # every row has the paper's beside it
+        from experiments.jasmin.figures.sweep_report import PAPER_CIFAR10, PAPER_CIFAR100
+        for ref in (PAPER_CIFAR100, PAPER_CIFAR10):  # every row has the paper's beside it, on either dataset
+            assert labels <= set(ref), labels - set(ref)
         for c in cells:  # every sweep experiment trains the same models (one artifact per entry)
             assert common.vit_recipe(c) == common.vit_recipe(cells[0]) or c["method"] != cells[0]["method"]
             assert c.get("k", 0) <= (28 // c["patch"]) ** 2 + 1
@@ -54,7 +55,7 @@ def test_grids_cover_the_issue():
 def test_sweep_verdict_weighs_the_seed_spread():
     import pandas as pd
 
-    from experiments.jasmin.sweep import JasminSweep
+    from experiments.jasmin.figures.sweep_report import verdict
 
     def acc(gain10, gain0=None, std=1.0, seeds=3, seeds0=None):
         gain0 = gain10 if gain0 is None else gain0
@@ -64,7 +65,7 @@ def test_sweep_verdict_weighs_the_seed_spread():
             rows += [(m, c, 20.0 + g, std if n > 1 else float("nan"), n) for c in ("pgd 2/255", "pgd 4/255")]
         return pd.DataFrame(rows, columns=["method", "col", "mean", "std", "seeds"])
 
-    v = JasminSweep._verdict
+    v = verdict
     # 3 vs 3 seeds, std 1: se = 0.82, Welch df = 4, 95 % half-width t(0.975, 4) se = 2.27
     assert "**reproduced**" in v(acc(3.0))  # above 2.27; a threshold on the std (t sqrt(2) = 3.9) would fail it
     assert "**not reproduced**" in v(acc(2.0))  # above 2 s.e. (1.63) but not above the Welch half-width
@@ -79,6 +80,28 @@ def test_sweep_verdict_weighs_the_seed_spread():
     both = v(pd.concat([acc(-5.0), spec]))
     assert "**not reproduced**" in both
     assert "For comparison, Specformer's gain: Specformer(joint, 1e-2) pgd 2/255: +20.0" in both
+    # the paper's table of the data the rows ran on: CIFAR-10 rows against Table 4 (k=10 PGD 4/255: 27.36 - 19.71
+    # = 7.649999..., so +7.6)
+    assert "paper +7.6" in v(acc(5.0), "cifar10") and "paper = ViT-B / CIFAR-10, Table 4" in v(acc(5.0), "cifar10")
+    stand_in = v(acc(5.0), "fashion_mnist")  # a stand-in names both tables' gains
+    assert "paper +6.7 on CIFAR-100, +7.6 on CIFAR-10" in stand_in and "Tables 3 and 4" in stand_in
+
+
+def test_sweep_summary_compares_with_the_table_of_its_data():
+    import pandas as pd
+
+    from experiments.jasmin.figures.sweep_report import summary
+
+    rows = [dict(method=m, attack=a, norm="linf" if a != "clean" else "", eps_255=e, eps=e / 255, accuracy=acc,
+                 train_seed=0, dataset=ds, vit_depth=4, vit_heads=4, vit_d=64, patch=8, train_steps=10, pgd_steps=4,
+                 n_eval=8)
+            for ds in ("cifar10",) for m, acc in (("Baseline", 40.0), ("JaSMin k=10 lam=1e-2 mean", 45.0))
+            for a, e in (("clean", 0.0), ("pgd", 2.0), ("pgd", 4.0))]
+    text = summary(pd.DataFrame(rows))
+    assert "CIFAR-10 ViT (ours" in text and "ViT-B / CIFAR-10 (paper Table 4, in brackets)" in text
+    assert "40.0 [45.45]" in text and "45.0 [50.93]" in text and "CIFAR-10 as in Tables 2 and 4" in text
+    fm = summary(pd.DataFrame([dict(r, dataset="fashion_mnist") for r in rows]))
+    assert "ViT-B / CIFAR-100 (paper Table 3" in fm and "40.0 [26.85]" in fm
 
 
 def test_float64_only_experiments_say_why():

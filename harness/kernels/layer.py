@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from harness.settings import CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, truth_tol
+from harness.settings import CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, SVD_ROUNDING, truth_tol
 
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
@@ -131,7 +131,7 @@ def _dense(matvec, X: Tensor) -> PowerResult:
     value = S[..., 0]
     ok = torch.isfinite(value)
     return PowerResult(value, ok, Vh[..., 0, :].reshape(*batch, n, d), N, torch.zeros_like(value),
-                       upper=value * (1 + 100 * N * torch.finfo(X.dtype).eps), fail_prob=0.0)
+                       upper=value * (1 + SVD_ROUNDING * N * torch.finfo(X.dtype).eps), fail_prob=0.0)
 
 
 def paper_value(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
