@@ -257,7 +257,7 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
     names = {p.partition(":")[2] for p in plugins} | set(plugins)
     lines = []
     for r in results:
-        table = (r.output or {}).get("table")
+        table = r.output.table if r.output else None
         if table is not None and {"bound", "violations"} <= set(table.columns):
             bad = table[table["bound"].isin(names) & (table["violations"] > 0)]
             for m, g in bad.groupby("bound"):

@@ -121,12 +121,16 @@ def _data_used(expdir: Path) -> str:
 
 
 def _convergence(expdir: Path) -> str:
-    """'Iterative solvers: k of N values converged' for tables with a `converged` column (never hidden)."""
+    """'Iterative solvers: k of N values converged' for tables with a `converged` column (never hidden); rows
+    with a blank `converged` came from no iterative solver (closed-form terms) and are not counted."""
     import pandas as pd
 
     try:
         col = pd.read_csv(_csv(expdir), usecols=["converged"])["converged"]
     except (ValueError, OSError):
+        return ""
+    col = col[col.notna() & (col.astype(str).str.strip() != "")]  # blank: a row no iterative solver produced
+    if not len(col):
         return ""
     ok = col.astype(str).str.lower().isin(["true", "1", "1.0"])
     bad = int((~ok).sum())

@@ -236,6 +236,17 @@ def test_large_tables_are_written_gzipped(tmp_path, monkeypatch):
     assert (tmp_path / "table.csv").read_text() == small and not (tmp_path / "table.csv.gz").exists()
 
 
+def test_convergence_line_counts_only_rows_an_iterative_solver_produced(tmp_path):
+    """A blank `converged` (a closed-form term) is neither converged nor 'NOT converged'."""
+    from harness import report
+
+    (tmp_path / "table.csv").write_text("value,converged\n1,True\n2,\n3,False\n4,\n5,True\n")
+    assert report._convergence(tmp_path) == ("*Iterative solvers: 2 of 3 values converged. **1 NOT converged** "
+                                             "(treat those values as lower estimates)*")
+    (tmp_path / "table.csv").write_text("value,converged\n1,\n2,\n")
+    assert report._convergence(tmp_path) == ""
+
+
 def test_plugins_are_keyed_by_their_source_not_by_the_whole_tree(tmp_path, monkeypatch):
     """Plug-ins load by name (harness.plugins, which the code hash neither hashes nor walks), so the bound registry
     does not widen bound_leaderboard's hash to every harness file; the plug-ins a cell evaluates (its `plugins`

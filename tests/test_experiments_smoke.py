@@ -33,7 +33,7 @@ def test_experiment_smoke(name, tmp_path, experiment_cache):
     assert SCHEMA <= set(table.columns), f"{name}: missing columns {SCHEMA - set(table.columns)}"
     assert (table["experiment"] == name).all()
     assert (out / "table.parquet").is_file() and (out / "manifest.json").is_file()
-    figs = res.output["figures"]
+    figs = res.output.figures
     assert figs, f"{name}: figures() returned no files"
     for f in figs:
         p = out / f if not str(f).startswith("/") else f

@@ -132,6 +132,16 @@ def _random_stand_ins(table, models: Sequence[str]) -> List[str]:
     return [m for m in ran if m in pre.index and not pre[m]]
 
 
+# Experiments whose paper figure used other data than our ViT's planned data (the declared substitute's `paper`):
+# there the data sentence names the paper's setting and calls CIFAR-10 what it is, the data our ViT trains on.
+PAPER_SETTING = {
+    "jasmin_attention_maps": "ViT-L/16 on ImageNet (JaSMin Figs. 2-3)",
+    "jasmin_jsm_rows": "ViT-L/16 on ImageNet (JaSMin Figs. 2-3)",
+    "jasmin_g1_ratio": "ViT-L/16 on ImageNet (JaSMin Fig. 3)",
+    "bound_leaderboard": "a JaSMin-trained ViT-B on CIFAR-100 (JaSMin Table 1)",
+}
+
+
 def paper_note(table, lead: str = "") -> str:
     """'Paper data: CIFAR-10. Here: Fashion-MNIST (CIFAR-10 unreachable).' and 'Paper models: pretrained BERT-base
     and pretrained GPT-2. Here: pretrained BERT-base and random-init GPT-2 (pretrained weights unreachable).' for
@@ -144,7 +154,9 @@ def paper_note(table, lead: str = "") -> str:
         here = dataset_name(table, default=str(s.use)) if s.key == "dataset" else \
             " / ".join(_ran(table, s.key)) or str(s.use)
         why = f" ({paper} unreachable)" if _substituted(table, s.paper) else ""
-        out.append(f"Paper data: {paper}. Here: {here}{why}.")
+        setting = PAPER_SETTING.get(str(table["experiment"].iloc[0])) if "experiment" in table and len(table) else None
+        out.append(f"Paper: {setting}. Our ViT's training data: {paper} planned; here {here}{why}." if setting
+                   and s.key == "dataset" else f"Paper data: {paper}. Here: {here}{why}.")
     models = [str(s.paper) for s in subs if s.key == "model"]
     if models:
         ran = _ran(table, "model")

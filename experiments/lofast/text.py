@@ -53,8 +53,8 @@ class LofastText(Experiment):
     def figures(self, table, outdir: Path):
         from experiments.lofast.figures import certified as certified_figures
 
-        return certified_figures.plot_certified(table, outdir, "lofast_text", "l2 radius eps on the word embeddings (B, 32, 64)",
-                                "small BERT-like models on SST", "SST-2, LipText d=64, n=32")
+        return certified_figures.plot_certified(table, outdir, "lofast_text", "radius eps (Frobenius, on the embeddings)",
+                                "small BERT-like models on SST", "SST-2, LipText d=64, n=32 tokens (unit-norm token rows)")
 
     def summary(self, table) -> str:
         from experiments.lofast.figures import certified as certified_figures

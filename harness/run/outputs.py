@@ -10,7 +10,8 @@ import json
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import device_kind
 from ..store.atomic import atomic_write_bytes, atomic_write_text, pid_alive
@@ -145,9 +146,29 @@ def parquet_bytes(df) -> bytes:
     return buf.getvalue()
 
 
+@dataclass(frozen=True)
+class OutputReport:
+    """What write_outputs did for one experiment: `table` is the written table (None when nothing was written:
+    `skipped` says why, `kept` names the folder whose complete outputs an incomplete set did not replace)."""
+
+    experiment: str
+    outdir: str = ""
+    rows: int = 0
+    figures: Tuple[str, ...] = ()
+    figure_error: Optional[str] = None
+    absent: Tuple[str, ...] = ()
+    skipped: Optional[str] = None
+    kept: Optional[str] = None
+    table: Any = None
+
+    @property
+    def written(self) -> bool:
+        return self.table is not None
+
+
 def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional[float] = None,
-                  overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Write <output_root>/<exp>/ from the cache; returns a report (rows, figures, figure_error, table)."""
+                  overrides: Optional[Dict[str, Any]] = None) -> OutputReport:
+    """Write <output_root>/<exp>/ from the cache; returns the OutputReport."""
     from .. import manifest as _manifest
 
     exp, name = p.exp, p.exp.name
@@ -156,27 +177,25 @@ def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional
     store = CellCache(cfg.cache_dir)
     cells = _cell_entries(p, store, statuses)
     absent = [c["cell"] for c in cells if c["status"] != "ok"]
-    report: Dict[str, Any] = {"experiment": name, "rows": len(rows), "figures": [], "figure_error": None,
-                              "outdir": str(outdir), "absent": absent}
+    report = OutputReport(name, str(outdir), len(rows), absent=tuple(absent))
     if not rows:
-        report["skipped"] = "no cached cells"
-        return report
+        return replace(report, skipped="no cached cells")
     if absent:
         lost = would_lose(outdir, cells)
         if lost is not None:
-            report.update(kept=str(outdir), skipped=lost)
-            return report
+            return replace(report, kept=str(outdir), skipped=lost)
     table = to_table(rows)
     outdir.mkdir(parents=True, exist_ok=True)
     write_csv(outdir, table.to_csv(index=False))
     atomic_write_bytes(outdir / "table.parquet", parquet_bytes(table))
+    figures, figure_error = [], None
     if cfg.figures:
         try:
-            report["figures"] = render_figures(exp, table, outdir)
+            figures = render_figures(exp, table, outdir)
         except OSError as e:  # disk full / unwritable: the real cause, not a figure bug
-            report["figure_error"] = f"writing figures failed: {e.__class__.__name__}: {e}"
+            figure_error = f"writing figures failed: {e.__class__.__name__}: {e}"
         except Exception as e:  # noqa: BLE001 - reported, run continues
-            report["figure_error"] = f"{e.__class__.__name__}: {e}\n{traceback.format_exc()}"
+            figure_error = f"{e.__class__.__name__}: {e}\n{traceback.format_exc()}"
     walls = [c.get("wall_s", 0) or 0 for c in cells]
     rss = [c.get("peak_rss_mb", 0) or 0 for c in cells]
     ran = sorted({(c.get("dtype"), c.get("device"), c.get("threads")) for c in cells if c["status"] == "ok"},
@@ -197,12 +216,11 @@ def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional
         "max_cell_peak_rss_mb": round(max(rss), 1) if rss else None,
         "run_wall_s": round(time.perf_counter() - started, 3) if started else None,
         "runner_peak_rss_mb": {k: round(v, 1) for k, v in _manifest.peak_rss_mb().items()},
-        "figures": report["figures"],
+        "figures": figures,
         "cells": cells,
     }
     write_manifest(outdir / "manifest.json", man)
-    report["table"] = table
-    return report
+    return replace(report, figures=tuple(figures), figure_error=figure_error, table=table)
 
 
 def write_manifest(path: Path, man: Dict[str, Any]) -> Path:

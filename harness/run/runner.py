@@ -14,7 +14,7 @@ from ..store.atomic import clean_stale_tmp
 from ..store.cells import CellCache
 from . import preflight as _preflight
 from .executors import execute
-from .outputs import write_outputs
+from .outputs import OutputReport, write_outputs
 from .plan import ExpPlan, RunConfig, check_overrides, compute_command, plan, typed_overrides
 from .specs import CellSpec, CellStatus, status_of
 from .substitutes import plan_notices
@@ -40,7 +40,7 @@ class ExpResult:
     wall_s: float = 0.0
     errors: List[CellStatus] = field(default_factory=list)
     figure_error: Optional[str] = None
-    output: Optional[Dict[str, Any]] = None
+    output: Optional[OutputReport] = None
     absent: List[str] = field(default_factory=list)  # cells without a result (not cached, failed, no data)
     kept: Optional[str] = None  # why the outputs already there were kept rather than replaced by an incomplete set
     command: str = ""  # the run_all.py command that computes the absent cells and writes the outputs
@@ -120,14 +120,16 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
     try:
         out = write_outputs(p, cfg, statuses, started=started, overrides=typed_overrides(p.exp, cfg))
     except OSError as e:
-        out = {"figure_error": f"writing outputs to {cfg.output_root / n} failed: {e.__class__.__name__}: {e}"}
+        out = OutputReport(n, figure_error=f"writing outputs to {cfg.output_root / n} failed: "
+                                           f"{e.__class__.__name__}: {e}")
     except Exception as e:  # noqa: BLE001 - reported, run goes on
-        out = {"figure_error": f"writing outputs failed: {e.__class__.__name__}: {e}\n{traceback.format_exc()}"}
+        out = OutputReport(n, figure_error=f"writing outputs failed: {e.__class__.__name__}: {e}\n"
+                                           f"{traceback.format_exc()}")
     r.output = out
-    r.figure_error = out.get("figure_error")
+    r.figure_error = out.figure_error
     r.absent = [t.label for t in p.tasks if t.state != "cached"
                 and getattr(statuses.get(t.key), "status", None) not in ("ok", "elsewhere")]
-    r.kept = out.get("kept") and out.get("skipped")
+    r.kept = out.kept and out.skipped
     r.command = compute_command([n], cfg)
     r.wall_s = time.perf_counter() - started
     echo(r.line())
@@ -135,7 +137,7 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
         mb = getattr(statuses.get(t.key), "peak_rss_mb", None) or 0
         if mb > MEMORY_BUDGET_MB:
             echo(f"warning: {n} [{t.label}]: peak RSS {mb:.0f} MiB exceeds the {MEMORY_BUDGET_MB} MiB budget")
-    return "table" in out
+    return out.written
 
 
 def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=print) -> List[ExpResult]:

@@ -50,8 +50,15 @@ def sqrt_n_real_figure(table, outdir):
                     va="top")
         fl, fp = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["paper_estimator"])
         extra = k[3] + (f", map {k[4]}" if len(k) > 4 else "") + (_rope(g) and f"\n{_rope(g)}")
-        plotting.caption(ax, panel_label(k[0], k[1], k[2], extra, g["pretrained"].iloc[0])
-                         + f"\nslope {fl['slope']:.2f}; the paper's estimator here: {fp['slope']:.2f}")
+        slope = f"\nslope {fl['slope']:.2f}; the paper's estimator here: {fp['slope']:.2f}"
+        if past_training_length(g):  # the step past MiniLM's 128 trained positions (positions_note)
+            ax.axvline(MINILM_TRAINED_LEN, color="grey", lw=0.8, linestyle=":")
+            ax.text(MINILM_TRAINED_LEN, 0.02, " 128: trained length", transform=ax.get_xaxis_transform(),
+                    fontsize=6, color="grey")
+            below = g[g["n"] <= MINILM_TRAINED_LEN]
+            slope = (f"\nslope on n <= 128: {loglog_fit(below['n'], below['lipschitz'])['slope']:.2f} "
+                     f"(all n: {fl['slope']:.2f})\nthe paper's estimator here: {fp['slope']:.2f}")
+        plotting.caption(ax, panel_label(k[0], k[1], k[2], extra, g["pretrained"].iloc[0]) + slope)
         loglog_n_axes(ax, "||Df(X)|| (spectral norm)")
 
     return facets(table, ["model", "layer", "masked", "corpus", "map"], outdir, "castin_sqrt_n_real", draw,
@@ -60,7 +67,9 @@ def sqrt_n_real_figure(table, outdir):
                   "dimensionless, output norm per input norm), line = median over windows; the paper's estimator on "
                   "the same windows; Thm 3.3 (Castin et al.) in the inset. "
                   + setting_note(table) + _llama_note(table) + " "
-                  + (map_note(table) or MAP_NOTE["layer"] + ".") + " Slopes: least squares in log-log.", ncols=3)
+                  + (map_note(table) or MAP_NOTE["layer"] + ".") + " Slopes: least squares in log-log; dotted line at "
+                  "n = 128: MiniLM's trained length (past it, untrained positions make a step: read the n <= 128 "
+                  "slope).", ncols=3)
 
 
 
@@ -116,6 +125,12 @@ def sqrt_n_real_summary(table) -> str:
 
 
 MINILM_TRAINED_LEN = 128  # all-MiniLM-L6-v2's card: "The sequence length was limited to 128 tokens"
+
+
+def past_training_length(g) -> bool:
+    """A pretrained MiniLM panel with sequences on both sides of the 128 positions MiniLM was fine-tuned at."""
+    return (str(g["model"].iloc[0]) == "minilm" and bool(g["pretrained"].iloc[0])
+            and (g["n"] <= MINILM_TRAINED_LEN).any() and (g["n"] > MINILM_TRAINED_LEN).any())
 
 
 def positions_note(table) -> str:

@@ -20,8 +20,14 @@ def config_label(t):
 
 
 CONFIG_NOTE = ("Panel 'a layers, h heads, c': a Lipschitz transformer with a layers and h heads whose W^V and W^O "
-               "are each constrained to spectral norm <= c (tables write it L<a>-h<h>-c<c>, with -p<patch> for the "
-               "patch size where several are shown; 28x28 images: patch 4, 7, 14 give 49, 16, 4 patches).")
+               "are each constrained to spectral norm <= c (tables write it L<a>-h<h>-c<c>")
+PATCH_NOTE = (", with -p<patch> for the patch size where several are shown; 28x28 images: patch 4, 7, 14 give 49, "
+              "16, 4 patches")
+
+
+def config_note(table) -> str:
+    """CONFIG_NOTE, with the patch sizes only for image models (a `patch` column)."""
+    return CONFIG_NOTE + (PATCH_NOTE if "patch" in table and table["patch"].notna().any() else "") + ")."
 
 
 def _config_title(t) -> str:
@@ -40,7 +46,7 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
     table = table.assign(config=config_label(table)).sort_values("config", kind="stable")
     curves = table[table.kind == "curve"]
     note = (f"Paper: {paper}. Here: {ours}, {int(curves.n_points.iloc[0])} test points (CPU budget). "
-            + CONFIG_NOTE)
+            + config_note(table))
 
     def draw_curves(ax, k, t):
         for b in (b for b in BOUNDS if (t.bound == b).any()):

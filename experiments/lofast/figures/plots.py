@@ -66,11 +66,12 @@ def plot_input_norm(table, outdir: Path):
         ax.set_ylabel("||F(X') - F(X)||_F (mean)")
         ax.set_title(f"{SOURCES.get(k[0], k[0])}, input scale s = {k[1]:g}", loc="left")
 
-    first = table[table.source == sorted(table.source.unique())[0]].sort_values("input_scale")
+    every = table.sort_values(["source", "input_scale"])  # one row of panels per source, one panel per scale
     return (facets(r[np.isclose(r.eps, e)].sort_values("source"), ["source"], outdir, "lofast_input_norm_ratio",
                    draw_ratio, "Bound / PGD ratio vs input norm", note=note, ncols=2, ref_text=ref(table))
-            + facets(first, ["source", "input_scale"], outdir, "lofast_input_norm_curves", draw_curves,
-                     "Upper bounds and PGD lower bounds vs eps, by input scale", note=note, ncols=3))
+            + facets(every, ["source", "input_scale"], outdir, "lofast_input_norm_curves", draw_curves,
+                     "Upper bounds and PGD lower bounds vs eps, by source and input scale", note=note,
+                     ncols=max(1, int(every.groupby("source")["input_scale"].nunique().max()))))
 
 
 TIGHTNESS_LABELS = {("delta21", "fine"): "delta21^(1) exact ||M||", ("delta21", "coarse"): "delta21^(2) xi",
