@@ -104,6 +104,16 @@ def test_sweep_summary_compares_with_the_table_of_its_data():
     assert "ViT-B / CIFAR-100 (paper Table 3" in fm and "40.0 [26.85]" in fm
 
 
+def test_sweep_figure_says_when_autoattack_ran_on_fewer_images():
+    import pandas as pd
+
+    from experiments.jasmin.figures.sweep import images_note
+
+    t = pd.DataFrame(dict(attack=["clean", "pgd", "autoattack"], n_images=[500, 500, 100]))
+    assert "AutoAttack on the first 100 test images, the other attacks on 500" in images_note(t)
+    assert images_note(t.assign(n_images=500)) == "" and images_note(t[t.attack != "autoattack"]) == ""
+
+
 def test_float64_only_experiments_say_why():
     for name in ("jasmin_g1_ratio", "jasmin_interlacing"):
         e = get_experiment(name)

@@ -155,8 +155,11 @@ def paper_note(table, lead: str = "") -> str:
             " / ".join(_ran(table, s.key)) or str(s.use)
         why = f" ({paper} unreachable)" if _substituted(table, s.paper) else ""
         setting = PAPER_SETTING.get(str(table["experiment"].iloc[0])) if "experiment" in table and len(table) else None
-        out.append(f"Paper: {setting}. Our ViT's training data: {paper} planned; here {here}{why}." if setting
-                   and s.key == "dataset" else f"Paper data: {paper}. Here: {here}{why}.")
+        if setting and s.key == "dataset":  # the paper's figure used other data than our ViT's planned data
+            ours = f"{here} ({paper} planned, unreachable)" if why else here
+            out.append(f"Paper: {setting}. Our ViT's training data: {ours}.")
+        else:
+            out.append(f"Paper data: {paper}. Here: {here}{why}.")
     models = [str(s.paper) for s in subs if s.key == "model"]
     if models:
         ran = _ran(table, "model")

@@ -177,11 +177,13 @@ def mass_splitting_figure(table, outdir):
         xs = np.sort(g["x1"].unique())
         piv = g.pivot_table(index="x2", columns="x1", values="gain").reindex(index=xs, columns=xs)
         im = ax.imshow(np.log10(piv.values), origin="lower", extent=[xs[0], xs[-1], xs[0], xs[-1]],
-                       cmap="viridis", aspect="equal")
+                       cmap="viridis", aspect="equal", vmin=lo, vmax=hi)  # one colour scale for every p
         sp = g.pivot_table(index="x2", columns="x1", values="splits_explicit").reindex(index=xs, columns=xs)
         ax.contour(xs, xs, sp.values.astype(float), levels=[0.5], colors="magenta", linewidths=0.8)
         ax.plot([], [], color="magenta", lw=0.8, label="splitting pays (explicit duplication), boundary")
-        ax.plot([WORKED_EXAMPLE["x1"]], [WORKED_EXAMPLE["x2"]], "r*", ms=6, label="worked example (-3, -0.3)")
+        if np.isclose(k[0], 0.5):  # the worked example splits equal masses
+            ax.plot([WORKED_EXAMPLE["x1"]], [WORKED_EXAMPLE["x2"]], "r*", ms=6,
+                    label="worked example (-3, -0.3), p = 1/2")
         ax.set_xlabel("x1 (position of mass p)")
         ax.set_ylabel("x2 (position of mass 1-p)")
         ax.grid(False)
@@ -189,11 +191,15 @@ def mass_splitting_figure(table, outdir):
         fig = ax.figure
         fig.colorbar(im, ax=ax, shrink=0.8, label="log10(split / unsplit)")
 
-    grid = table[~table["example"]]
+    grid = table[~table["example"]].sort_values("p", kind="stable")  # panels in increasing p
+    finite = np.log10(grid["gain"].to_numpy(dtype=float))
+    finite = finite[np.isfinite(finite)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (None, None)
     return facets(grid, ["p"], outdir, "mass_splitting_phase_map", draw, "Where splitting a token's mass "
                   "increases the Lipschitz constant", ncols=3, panel=(3.6, 3.0),
                   note="d = 1, A = -2, V = 1. Colour: log10 of the Lipschitz constant after / before splitting "
-                  "(weighted criterion); contour: where an explicit duplication with ordinary attention pays. "
+                  "(weighted criterion), one scale for every panel; contour: where an explicit duplication with ordinary "
+                  "attention pays. "
                   "Paper's Fig. 2 (arXiv v1) finds such regions numerically.")
 
 

@@ -95,7 +95,20 @@ def accuracy_figure(table, acc, outdir) -> List:
     return plotting.finish(fig, outdir, "jasmin_sweep_accuracy", ref(table), "Accuracy under attack per training "
                            f"regularizer (bars: mean, whiskers: std over up to {seeds} training seeds; pale "
                            "dotted bars rest on one seed)",
-                           note=sweep_note(table), ncol=4)
+                           note=sweep_note(table) + images_note(table), ncol=4)
+
+
+def images_note(table) -> str:
+    """' Images: ...' where AutoAttack ran on fewer test images than the other attacks (its bars are not on the
+    same images, so one may sit above a weaker attack's); '' otherwise."""
+    if "n_images" not in table or "attack" not in table:
+        return ""
+    n = table.groupby("attack")["n_images"].max()
+    aa, rest = n.get("autoattack"), n.drop("autoattack", errors="ignore")
+    if aa is None or rest.empty or aa >= rest.min():
+        return ""
+    return (f" Images: AutoAttack on the first {int(aa)} test images, the other attacks on {int(rest.max())}: "
+            "its bars are on fewer images, so they can sit above a weaker attack's.")
 
 
 def heatmaps_figure(table, outdir) -> List:
