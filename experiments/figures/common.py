@@ -156,7 +156,7 @@ def paper_note(table, lead: str = "") -> str:
         why = f" ({paper} unreachable)" if _substituted(table, s.paper) else ""
         setting = PAPER_SETTING.get(str(table["experiment"].iloc[0])) if "experiment" in table and len(table) else None
         if setting and s.key == "dataset":  # the paper's figure used other data than our ViT's planned data
-            ours = f"{here} ({paper} planned, unreachable)" if why else here
+            ours = here if here == paper else f"{here} ({paper} planned{', unreachable' if why else ''})"
             out.append(f"Paper: {setting}. Our ViT's training data: {ours}.")
         else:
             out.append(f"Paper data: {paper}. Here: {here}{why}.")
