@@ -8,7 +8,9 @@ fits, float64, all measured in one run, with the relative difference to the refe
 `--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
 for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
 float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part bert`: the same for a random-init
-BERT-base (12 layers x 12 heads, d = 768) on one 512-token input, float64 then float32, with peak RSS.
+BERT-base (12 layers x 12 heads, d = 768) on one 512-token input: float64 with the mixed-precision truths
+(analyze's default), float64 throughout, float32, with peak RSS and each run's largest difference from float64
+(`--device cuda` computes the bounds on a GPU).
 `--part peak`: the machine's float64 / float32 GEMM rate and what it implies for the Lemma 1 (zeta) operator at
 ViT-B size (see docs/notes/kernels.md).
 `--part floor` (where the zeta targets are not met): ours vs our operator's products alone vs ARPACK (with its numpy
@@ -313,6 +315,7 @@ def main(argv=None):
                     help="kernels / analyze parts: measure idle, then again beside another 2-thread torch job "
                          "(benchmarks.threads' background job); analyze adds busy / idle")
     ap.add_argument("--only", choices=["small", "large"], default=None, help="run only one part")
+    ap.add_argument("--device", default="cpu", help="bert part: where the bounds are computed (cpu, cuda, ...)")
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     try:
@@ -337,7 +340,7 @@ def main(argv=None):
     walls = []  # analyze_report's median wall per call, idle first (the --busy ratio)
     timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats, walls), "peak": peak_report,
-             "bert": lambda: bert_report(a.quick),
+             "bert": lambda: bert_report(a.quick, a.device),
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.part in timed:
         t0 = time.perf_counter()

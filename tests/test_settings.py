@@ -79,7 +79,7 @@ def test_analyze_options_validate_once_and_keywords_override():
     o2 = AnalyzeOptions.make(AnalyzeOptions(eps=0.1, seed=2), seed=5)
     assert (o2.eps, o2.seed) == (0.1, 5) and AnalyzeOptions.make(o2) is o2
     assert o2.state_kw() == dict(tol=None, iters=2000, fail_prob=S.REPORT_FAIL_PROB, seed=5,
-                                 certify_steps=S.CERTIFY_STEPS)
+                                 certify_steps=S.CERTIFY_STEPS, mixed=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         o2.eps = 1.0
     bad = [dict(dtype="float16"), dict(dtype="double"), dict(eps=-1.0), dict(eps=float("nan")), dict(pgd_steps=-1),

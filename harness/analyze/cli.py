@@ -47,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (table.csv/.parquet, figures, summary.md, report.json)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps; must be available here")
     p.add_argument("--dtype", default="float64", choices=list(ANALYZE_DTYPES))
+    p.add_argument("--no-mixed", action="store_true", help="float64: iterate the truths in float64 throughout "
+                   "(default: float32 iterations refined in float64, the same float64 values; docs/math.md §4)")
     p.add_argument("--eps", type=float, default=1e-2, help="radius >= 0 of Theorem 1's delta and PGD (0: skip "
                                                            "them)")
     p.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -240,7 +242,7 @@ def _analysis(a) -> int:
         t0 = time.perf_counter()
         df = core.analyze(a.model, inputs, layers=layers, dtype=a.dtype, device=a.device, eps=a.eps,
                           methods=methods, bounds=a.bound, max_tokens=a.max_tokens, pgd_steps=a.pgd_steps,
-                          seed=a.seed, progress=not a.no_progress, timings=tm,
+                          seed=a.seed, mixed=not a.no_mixed, progress=not a.no_progress, timings=tm,
                           default_max_tokens=validate.DEFAULT_MAX_TOKENS)
     except (MissingData, ValueError, ImportError, AttributeError, OSError) as e:  # user input, not a bug
         print(f"attnlip analyze: error: {e}", file=sys.stderr)

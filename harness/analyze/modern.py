@@ -33,11 +33,14 @@ NOT_PROVEN_EXTRA = {  # analyze's own methods that assume standard scores -> the
 
 
 class MapState(AnalyzeState):
-    """AnalyzeState of an AttentionMap: truth, P, zeta and m_fine from the exact map (see the module docstring)."""
+    """AnalyzeState of an AttentionMap: truth, P, zeta and m_fine from the exact map (see the module docstring).
+    The map is an opaque function of X in the model's dtype, so its norms run in that dtype throughout: `mixed` is
+    accepted (AnalyzeOptions.state_kw) and not used."""
 
     def __init__(self, X: Tensor, amap: AttentionMap, tol: Optional[float] = None, iters: int = 2000,
-                 fail_prob: float = REPORT_FAIL_PROB, seed: int = 0, certify_steps: int = CERTIFY_STEPS):
-        super().__init__(X, amap.w, amap.causal, tol, iters, fail_prob, seed, certify_steps)
+                 fail_prob: float = REPORT_FAIL_PROB, seed: int = 0, certify_steps: int = CERTIFY_STEPS,
+                 mixed: bool = False):
+        super().__init__(X, amap.w, amap.causal, tol, iters, fail_prob, seed, certify_steps, mixed=False)
         self.amap = amap
 
     def _norm(self, f, X: Tensor):

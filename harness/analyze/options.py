@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from harness.analyze import validate
-from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB, torch_dtype
+from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB, dtype_name, torch_dtype
 
 ANALYZE_DTYPES = ("float64", "float32")  # the kernels' compute dtypes (harness.settings.COMPUTE_DTYPES) by name
 
@@ -24,7 +24,9 @@ class AnalyzeOptions:
     steps skips it). fail_prob: failure probability of each certified upper estimate of a truth (truth_upper).
     tol / iters: Lanczos tolerance (None: harness.settings.truth_tol of the dtype) and product cap of the truths.
     certify_steps: Lanczos products before a truth may stop (a longer first Krylov cycle tightens truth_upper).
-    seed: of every random start (the truths' Gaussian, PGD). A bad value is a validate.UsageError (ValueError)."""
+    seed: of every random start (the truths' Gaussian, PGD). mixed (float64 only): the truths iterate in float32
+    and are refined in float64 (harness.kernels.mixed; the reported values keep their float64
+    meaning); False: float64 throughout. A bad value is a validate.UsageError (ValueError)."""
 
     dtype: str = "float64"
     device: str = "cpu"
@@ -36,13 +38,16 @@ class AnalyzeOptions:
     iters: int = 2000
     certify_steps: int = CERTIFY_STEPS
     seed: int = 0
+    mixed: bool = True
 
     def __post_init__(self):
         try:
             dt = torch_dtype(self.dtype, ANALYZE_DTYPES)
         except ValueError as e:
             raise validate.UsageError("--dtype", str(e), "pass --dtype float64 (the default) or float32") from None
-        object.__setattr__(self, "dtype", str(dt).replace("torch.", ""))
+        object.__setattr__(self, "dtype", dtype_name(dt))
+        if not isinstance(self.mixed, bool):
+            raise validate.UsageError("mixed", f"got {self.mixed!r}", "pass True or False")
         validate.check_numbers(self.eps, self.pgd_steps)
         checks = (("pgd_restarts", self.pgd_restarts >= 1, "at least one PGD start"),
                   ("fail_prob", 0 < self.fail_prob < 1, "a probability in (0, 1)"),
@@ -73,4 +78,4 @@ class AnalyzeOptions:
     def state_kw(self) -> dict:
         """The truths' settings, as AnalyzeState's keyword arguments."""
         return dict(tol=self.tol, iters=self.iters, fail_prob=self.fail_prob, seed=self.seed,
-                    certify_steps=self.certify_steps)
+                    certify_steps=self.certify_steps, mixed=self.mixed)

@@ -12,6 +12,7 @@ import torch
 from harness.bounds import registry
 from harness.bounds.input_state import InputState
 from harness.kernels.layer import certified_norm
+from harness.kernels.mixed import applies as mixed_applies, truth as mixed_truth
 from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB
 
 Tensor = torch.Tensor
@@ -27,13 +28,27 @@ EXTRA = {  # analyze's own columns beside the registry's bounds: name -> (scope,
 class AnalyzeState(InputState):
     """bounds.input_state.InputState whose truths start from a Gaussian drawn before looking, so they also carry
     the Kuczynski-Wozniakowski certified upper estimate (`upper[scope]`, probability >= 1 - fail_prob over the start;
-    kernels.layer.certified_norm, docs/math.md §4)."""
+    kernels.layer.certified_norm, docs/math.md §4).
+
+    mixed=True (float64 inputs): the truths iterate in float32 and are refined in float64 (harness.kernels.mixed:
+    the same float64 stopping test, the KW estimate padded for float32 rounding). zeta and ||M_l|| stay in float64:
+    their tolerance (settings.norm_tol, 1e-10) is five decades below float32's, and a float64 phase restarted from
+    one float32 Ritz vector then costs about as many products as float64 alone (docs/notes/kernels.md)."""
 
     def __init__(self, X: Tensor, w, causal: bool = False, tol: Optional[float] = None, iters: int = 2000,
-                 fail_prob: float = REPORT_FAIL_PROB, seed: int = 0, certify_steps: int = CERTIFY_STEPS):
+                 fail_prob: float = REPORT_FAIL_PROB, seed: int = 0, certify_steps: int = CERTIFY_STEPS,
+                 mixed: bool = False):
         self.fail_prob, self.seed, self.certify_steps = float(fail_prob), int(seed), int(certify_steps)
         super().__init__(X, w, causal, tol, iters,
                          certify=dict(steps=self.certify_steps, fail_prob=self.fail_prob, seed=self.seed))
+        self.mixed = bool(mixed) and mixed_applies(self.X)
+
+    def _truth(self, heads: bool):
+        if not self.mixed:
+            return super()._truth(heads)
+        r = mixed_truth(self.X, self.w, self.causal, heads, self.tol, self.iters, self.seed,
+                        dict(steps=self.certify_steps, fail_prob=self.fail_prob))
+        return r.value, r.converged, r.upper
 
     def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
         """kernels.layer.certified_norm of the operator (matvec, rmatvec) at X with this state's settings:

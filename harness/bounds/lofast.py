@@ -31,9 +31,9 @@ from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, m_gram, pre
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, project
 from harness.kernels.krylov import kw_steps, lanczos
+from harness.kernels.mixed import applies as mixed_applies, lanczos_mixed
 from harness.kernels.power import PowerResult, check_args, default_tol, report_nonconvergence
-from harness.settings import (FAIL_PROB, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, MIXED_SLACK, MIXED_TOL,
-                              SUSPICIOUS_STEPS)
+from harness.settings import FAIL_PROB, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, SUSPICIOUS_STEPS
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -77,11 +77,11 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     if cert_eps is not None and random_start:  # first cycle long enough for a KW eps of cert_eps
         k = min(kw_steps(op.dim, cert_eps, fail_prob), iters)
         opts.update(krylov=max(opts["krylov"], k + 1), min_steps=max(opts["min_steps"], k))
-    mixed = kw.pop("mixed", False) and X.dtype == torch.float64 and random_start
+    mixed = kw.pop("mixed", False) and mixed_applies(X) and random_start
     if kw:
         raise TypeError(f"unexpected keyword arguments {sorted(kw)}")
     if mixed:
-        r, products0 = _mixed(op, x0, fail_prob, opts)
+        r, products0 = lanczos_mixed(op, op.to(torch.float32), x0, fail_prob, **opts)  # kernels.mixed
     else:
         r, products0 = lanczos(op, x0, fail_prob=fail_prob if random_start else None, **opts), 0
     value, vec, conv, rel, steps, products = r.value, r.vector, r.converged, r.rel, r.steps, r.products + products0
@@ -104,20 +104,6 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     res = PowerResult(value.reshape(sh), conv.reshape(sh), vec, products, rel.reshape(sh), upper.reshape(sh), fail_prob,
                       None if restarted is None else restarted.reshape(sh), steps.reshape(sh))
     return res
-
-
-def _mixed(op, x0, fail_prob, opts):
-    """mixed=True (float64 only): float32 Lanczos to tol MIXED_TOL from the Gaussian start (which carries the KW
-    estimate, computed in float32 and padded by a MIXED_SLACK relative slack), then float64 Lanczos from its Ritz vectors
-    to the requested tol. Returns (float64 result with `upper` from the float32 run, float32 products)."""
-    op32 = op.to(torch.float32)
-    o32 = dict(opts, tol=max(opts["tol"], MIXED_TOL))
-    r32 = lanczos(op32, x0.float(), fail_prob=fail_prob, **o32)
-    r = lanczos(op, r32.vector.double(), fail_prob=None, **dict(opts, min_steps=1))
-    up = r32.upper.double() * (1 + MIXED_SLACK)
-    r.upper = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
-    r.steps = r.steps + r32.steps
-    return r, r32.products
 
 
 def _gauss(shape, X, seed):
@@ -151,7 +137,7 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     computes it once per input); computed here when absent or not finite.
     kw: krylov (basis size), fail_prob (default FAIL_PROB), certify_eps (run an unrestarted first cycle long enough
     for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every, mixed (float64 inputs: float32
-    iterations, then float64 refinement; see _mixed).
+    iterations, then float64 refinement; harness.kernels.mixed).
     """
     w = prepare(X, w)
     batch = X.shape[:-2]
