@@ -43,7 +43,7 @@ import torch
 
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
-from benchmarks.bench_analyze import analyze_report, bert_report
+from benchmarks.bench_analyze import BERT_RUNS, analyze_report, bert_report
 from benchmarks.threads import background_job
 from harness.bounds import lofast as L
 from harness.process import retain_freed_memory
@@ -316,6 +316,9 @@ def main(argv=None):
                          "(benchmarks.threads' background job); analyze adds busy / idle")
     ap.add_argument("--only", choices=["small", "large"], default=None, help="run only one part")
     ap.add_argument("--device", default="cpu", help="bert part: where the bounds are computed (cpu, cuda, ...)")
+    ap.add_argument("--runs", default="float64,mixed,float32",
+                    help="bert part: which analyses, in order (float64 throughout, mixed truths, float32; "
+                         "a name twice runs it again)")
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     try:
@@ -328,6 +331,9 @@ def main(argv=None):
         ap.error("a list of thread counts is for --part kernels / floor")
     if a.busy and a.part not in ("kernels", "analyze"):
         ap.error("--busy is for --part kernels / analyze")
+    bad = sorted(set(a.runs.split(",")) - set(BERT_RUNS))
+    if bad:
+        ap.error(f"--runs: unknown {bad}; choose from {sorted(BERT_RUNS)}")
     a.threads = counts[0]
     set_threads(a.threads)
     retain_freed_memory()  # as `attnlip analyze` does (a --mem-job child keeps its own MALLOC_MMAP_THRESHOLD_)
@@ -340,7 +346,7 @@ def main(argv=None):
     walls = []  # analyze_report's median wall per call, idle first (the --busy ratio)
     timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats, walls), "peak": peak_report,
-             "bert": lambda: bert_report(a.quick, a.device),
+             "bert": lambda: bert_report(a.quick, a.device, a.runs.split(",")),
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
     if a.part in timed:
         t0 = time.perf_counter()

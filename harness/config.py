@@ -18,7 +18,7 @@ def check_dtype(dtype: str) -> str:
     """A run's dtype name, checked against harness.settings.DTYPES."""
     from harness import settings
 
-    return settings.check_dtype(dtype) if isinstance(dtype, str) else settings.check_dtype(repr(dtype))
+    return settings.check_dtype(dtype)
 
 
 def resolve_device(device: str) -> str:

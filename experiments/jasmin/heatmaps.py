@@ -64,6 +64,10 @@ class JasminHeatmaps(Experiment):
             lines.append(f"| {m} | {r.g1_mean:.4f} | {r.jsm_mean:.4f} | {r.log_g1_over_g10:.3f} |")
         lines += ["", "Fig. 5 of the paper shows JaSMin lowering the regularized quantity across heads of a ViT-B; "
                   "here the means over heads, eval images and query rows of our Fashion-MNIST ViTs."]
+        from experiments.jasmin.figures.sweep import heatmap_note
+
+        seed0 = table[table["train_seed"] == 0] if "train_seed" in table.columns else table
+        lines += ["", heatmap_note(seed0).strip()]
         base = [m for m in g.index if str(m).lower().startswith("baseline")]
         jas = [m for m in g.index if str(m).startswith("JaSMin")]
         if base and jas:

@@ -31,3 +31,13 @@ class StudyExperiment(Experiment):
 
     def model_source(self, cell: Dict[str, Any]) -> Optional[str]:
         return model_source(cell)
+
+    def study_layer(self, cell: Dict[str, Any], ctx):
+        """(weights, inputs X (samples, n, d), model label) of the cell's source in the run's dtype and device:
+        harness.models.lofast_eval.study_layer with the run's seed, artifact store and progress bar."""
+        from harness.models import lofast_eval
+        from harness.store.artifacts import cached_artifact
+
+        return lofast_eval.study_layer(cell["source"], int(cell["samples"]), cell=cell, seed=ctx.seed,
+                                       store=cached_artifact, root=ctx.artifacts, dtype=ctx.torch_dtype,
+                                       device=ctx.torch_device, pbar=ctx.pbar)

@@ -15,7 +15,6 @@ from experiments.lofast import grids
 from experiments.lofast import study
 from harness.models import lofast_eval
 from harness.catalog import experiment
-from harness.store.artifacts import cached_artifact
 
 
 @experiment
@@ -37,9 +36,7 @@ class LofastTightness(study.StudyExperiment):
     float32_exempt = ("pgd", "pgd_plain")  # PGD lower bounds: random starts drawn in the run's dtype
 
     def run(self, cell, ctx) -> List[dict]:
-        w, X, model = lofast_eval.study_layer(cell["source"], int(cell["samples"]), cell=cell, seed=ctx.seed,
-                                              store=cached_artifact, root=ctx.artifacts, dtype=ctx.torch_dtype,
-                                              device=ctx.torch_device, pbar=ctx.pbar)
+        w, X, model = self.study_layer(cell, ctx)
         pgd = dict(pgd_steps=int(cell["pgd_steps"]), pgd_restarts=int(cell["pgd_restarts"]), seed=ctx.seed)
         rows = lofast_eval.single_head_rows(w, X, cell["eps"], **pgd)
         rows += [dict(r) for r in lofast_eval.multihead_rows(w, X, cell["eps"], residual=False, **pgd)]

@@ -17,7 +17,6 @@ from experiments.lofast import grids
 from experiments.lofast import study
 from harness.models import lofast_eval
 from harness.catalog import experiment
-from harness.store.artifacts import cached_artifact
 
 EPS = [0.001, 0.003, 0.01, 0.03, 0.1]
 
@@ -41,9 +40,7 @@ class LofastTightnessRegime(study.StudyExperiment):
     float32_exempt = ("pgd", "pgd_plain")  # PGD lower bounds: random starts drawn in the run's dtype
 
     def run(self, cell, ctx) -> List[dict]:
-        w, X, model = lofast_eval.study_layer(cell["source"], int(cell["samples"]), cell=cell, seed=ctx.seed,
-                                              store=cached_artifact, root=ctx.artifacts, dtype=ctx.torch_dtype,
-                                              device=ctx.torch_device, pbar=ctx.pbar)
+        w, X, model = self.study_layer(cell, ctx)
         scale, tokens = float(cell["x_scale"]), int(cell["tokens"])
         if not 0 < scale <= 1:
             raise ValueError(f"x_scale must be in (0, 1] (LayerProject's unit ball), got {scale}")

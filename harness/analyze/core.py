@@ -15,6 +15,7 @@ delta(X, eps) / eps, checked against PGD the same way; second_order rests on the
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Callable, Iterable, List, Optional, Sequence, Union
@@ -84,6 +85,13 @@ def _extra(s: AnalyzeState, opts: AnalyzeOptions, want: Optional[set] = None) ->
     return out
 
 
+def forward_device(model) -> torch.device:
+    """Where `model`'s forward pass runs: the device of its first parameter or buffer (CPU when it has none)."""
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
 def _short(text: str, k: int = 80) -> str:
     """The table's `text` column: the input's first k characters (the full text repeated per row is MBs)."""
     return text if len(text) <= k else text[: k - 3] + "..."
@@ -135,7 +143,8 @@ def analyze(model, inputs, options: Optional[AnalyzeOptions] = None, *, tokenize
     budget = validate.token_budget(max_tokens, default_max_tokens, mdl, tk if is_text else None, notices)
     if is_text:
         validate.require_tokenizer(tk)
-    call, mask, labels = model_inputs(mdl, texts, tk, budget, dev)
+    # the forward pass runs where the model is (a module handed in stays on its device), the bounds on `dev`
+    call, mask, labels = model_inputs(mdl, texts, tk, budget, forward_device(mdl))
     if is_text:
         validate.check_tokenizer(mdl, tk, call["input_ids"], mask, notices)
         validate.truncation_notice(tk, texts, budget, validate.position_limit(mdl), notices)

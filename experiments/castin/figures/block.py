@@ -30,8 +30,11 @@ def block_figure(table, outdir):
             plotting.loglog(ax, med.index, med[col], label, key=key, linestyle=ls, markersize=2)
         ft, fp = loglog_fit(g["n"], g["lipschitz_block"]), loglog_fit(g["n"], g["paper_estimator"])
         what = INPUTS.get(inputs, inputs).format(corpus=g["corpus"].iloc[0])
-        plotting.caption(ax, f"{_name(g)}, L{layer}\n{what}\n"
-                             f"slope: true {ft['slope']:.2f}, estimator {fp['slope']:.2f}")
+        if inputs == "random_tokens" and "radius_mean" in g:
+            what = what.replace("fixed norm R", f"fixed norm R = {g['radius_mean'].median():.1f}")
+        est = (f"estimator {fp['slope']:.2f}" if bool(g["pretrained"].astype(bool).all())
+               else "estimator: rounding noise (J^T F(X) = 0)")
+        plotting.caption(ax, f"{_name(g)}, L{layer}\n{what}\nslope: true {ft['slope']:.2f}, {est}")
         ax.set_xlabel("sequence length n")
         ax.set_ylabel("local Lipschitz constant")
         log_n_ticks(ax)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.ticker
+
 from harness import plotting
 
 from experiments.figures.fits import fmt_fit, loglog_fit
@@ -84,13 +86,23 @@ def magnitude_figure(table, outdir):
         ax.plot(med.index, med["radius_max"], color=plotting.color("paper"), label="max ||x_i||")
         ax.set_xscale("log")
         loglog_n_axes(ax, "token norm ||x_i||")
-        plotting.caption(ax, panel_label(k[0], k[1], pretrained=g["pretrained"].iloc[0]) + "\ntoken magnitude")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter(useOffset=False))  # absolute norms
+        ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        lo, hi = float(g["radius_mean"].min()), float(g["radius_max"].max())
+        spread = f", all within {lo:.4f}-{hi:.4f}" if hi - lo < 1e-2 * hi else ""
+        plotting.caption(ax, panel_label(k[0], k[1], pretrained=g["pretrained"].iloc[0])
+                         + f"\ntoken magnitude{spread}")
         ax = axes[1, j]
-        plotting.loglog(ax, med.index, med["lipschitz"], "||Df(X)||", key="lipschitz", markersize=2)
+        plotting.loglog(ax, med.index, med["lipschitz"], "||Df(X)||", key="lipschitz", markersize=2, lw=2.6)
         plotting.loglog(ax, med.index, med["lipschitz_rescaled"], "||Df(X)||, token magnitude equalized",
-                        key="castin", markersize=2)
+                        key="castin", markersize=2, linestyle="--")
         f1, f2 = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["lipschitz_rescaled"])
-        plotting.caption(ax, f"slope {f1['slope']:.2f}, equalized {f2['slope']:.2f}")
+        same = bool(((med["lipschitz_rescaled"] - med["lipschitz"]).abs() <= 1e-3 * med["lipschitz"]).all())
+        peak = med["lipschitz"].idxmax()
+        hump = (f"; not monotone: peak {med['lipschitz'].max():.2f} at n = {int(peak)}"
+                if med.index.min() < peak < med.index.max() else "")
+        plotting.caption(ax, f"slope {f1['slope']:.2f}, equalized {f2['slope']:.2f}"
+                         + (" (the two curves coincide)" if same else "") + hump)
         loglog_n_axes(ax, "||Df(X)|| (median)")
     return plotting.finish(fig, outdir, "castin_magnitude", ref(table), "Token magnitude vs n and its share of the "
                            "growth of ||Df||", note="Paper: pretrained GPT-2 (learned positions). "

@@ -77,7 +77,9 @@ def radius_large_figure(table, outdir):
         ax.axhline(1.0, color="#888888", ls="--", lw=0.8, label="1 (Thm 3.7's eps(R) -> 1)")
         ax.set_ylabel("||Df(RX)|| / (||V|| sqrt n)")
         ax.set_xlabel("input radius R (token norm)")
-        plotting.caption(ax, lab)
+        n = sorted(set(g["n"].astype(int))) if "n" in g else []
+        plotting.caption(ax, lab + (f"\nn = {', '.join(map(str, n))} tokens, {g['seq'].nunique()} sequences"
+                                    if n else ""))
 
     return _facets(table, outdir, "castin_radius_large", draw, "Large-radius limit of the Lipschitz constant",
                    note=_NOTE)

@@ -216,9 +216,12 @@ def sqrt_n_adversarial_figure(table, outdir):
         plotting.loglog(ax, gb["n"], gb["paper_estimator"], "paper's estimator", key="paper", markersize=2)
         plotting.loglog(ax, gb["n"], gb["bound_castin"], "Thm 3.3 upper bound", key="castin", linestyle="--",
                         marker=None)
-        f = loglog_fit(gb["n"], gb["lipschitz"])
+        f, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
+        plotting.slope_guide(ax, gb["n"], 0.5, (float(gb["n"].iloc[0]), float(gb["lipschitz_head"].iloc[0]) / 2),
+                             label="n^0.5 (the paper's rate, reference)", linestyle=(0, (1, 3)))
         plotting.caption(ax, panel_label(k[0], k[1], k[2], f"R = {g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)",
-                                    g["pretrained"].iloc[0]) + f"\nhead {best}: slope {f['slope']:.2f}")
+                                    g["pretrained"].iloc[0])
+                         + f"\nhead {best} (max gamma): slope {f['slope']:.2f} layer, {fh['slope']:.2f} head alone")
         loglog_n_axes(ax, "||Df(X)|| (log)")
 
     return facets(table, ["model", "layer", "masked", "radius_factor"], outdir, "castin_sqrt_n_adversarial", draw,

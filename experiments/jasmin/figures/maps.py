@@ -50,8 +50,10 @@ def attention_map_figures(table, outdir) -> List:
         if name == "vit" and L * H <= plotting.MAX_PANELS:
             side = int(round(math.sqrt(n - 1)))
             fig, axes = plotting.grid(L * H, ncols=H, panel=(2.0, 2.0))
+            vmax = float(m.loc[m["key"] != 0, "attn"].max())  # one colour scale for every panel (patch keys)
             for ax, ((r, c), g) in zip(axes, m.groupby(["layer", "head"])):
-                im = ax.imshow(g.sort_values("key")["attn"].to_numpy()[1:].reshape(side, side), cmap="viridis")
+                im = ax.imshow(g.sort_values("key")["attn"].to_numpy()[1:].reshape(side, side), cmap="viridis",
+                               vmin=0.0, vmax=vmax)
                 ax.add_patch(matplotlib.patches.Rectangle(((q0 - 1) % side - 0.5, (q0 - 1) // side - 0.5), 1, 1,
                                                           fill=False, ec="red", lw=1.2, label="query patch"))
                 qq = qrows[(qrows["layer"] == r) & (qrows["head"] == c)]
@@ -60,7 +62,8 @@ def attention_map_figures(table, outdir) -> List:
                 ax.set_ylabel("patch row")
                 ax.grid(False)
             fig.colorbar(im, ax=axes, shrink=0.6, label="attention weight")
-            note = "Panel title: exact ||J_sm(P_q)|| / g_1(P_q). " + setting_note(table, [name])
+            note = ("Panel title: exact ||J_sm(P_q)|| / g_1(P_q). One colour scale for all panels; the CLS key (the "
+                    "row's remaining weight) is not drawn. " + setting_note(table, [name]))
         else:
             fig, axes = plotting.figure(1, 2, width=10.0, height=max(4.0, 0.075 * L * H + 1.5), squeeze=False,
                                         gridspec_kw=dict(width_ratios=[3, 1.4]))
@@ -93,7 +96,8 @@ def attention_map_figures(table, outdir) -> List:
                 ax.grid(False)
             fig.colorbar(im, ax=axes, shrink=0.7, label="attention weight P[i, j]")
             paths += plotting.finish(fig, outdir, f"attention_full_{name}", ref(table),
-                                     f"{model_name(name)}: full attention maps of one Alice window (n = {n})",
+                                     f"{model_name(name)}: head 0's full attention map in each layer, one Alice "
+                                     f"window (n = {n})",
                                      note=setting_note(table, [name]))
     return paths
 
@@ -133,7 +137,10 @@ def jsm_rows_figures(table, outdir) -> List:
                     label="exact ||J_sm(P_i)||")
             ax.set_xlabel("query token i")
             ax.set_ylabel("||J_sm|| (norm)")
-            plotting.caption(ax, f"layer {k[0]}, head {k[1]}: mean ratio {mean[k]:.2f}")
+            tag = ""
+            if len(pick) < len(mean):  # per layer the loosest and the tightest head: say which this is
+                tag = " (loosest)" if k[1] == mean[k[0]].idxmax() else " (tightest)"
+            plotting.caption(ax, f"layer {k[0]}, head {k[1]}{tag}: mean g_1 / exact {mean[k]:.2f}")
 
         few = "" if len(pick) == len(mean) else ", per layer the loosest and the tightest head"
         paths += facets(sel, ["layer", "head"], outdir, f"jsm_vs_g1_{name}_rows", draw, title + few,

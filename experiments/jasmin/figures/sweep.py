@@ -111,30 +111,63 @@ def images_note(table) -> str:
             "its bars are on fewer images, so they can sit above a weaker attack's.")
 
 
+HEAT_QUANTITIES = (("g1_mean", "jasmin_sweep_g1_heatmaps", "Regularized quantity g_1 per layer and head, per training "
+                   "regularizer", "mean over rows and images of g_1(P_i)"),
+                  ("log_g1_over_g10", "jasmin_sweep_log_g1_g10_heatmaps", "JaSMin k=10's regularized quantity "
+                   "log(g_1 / g_10) per layer and head, per training regularizer",
+                   "mean over rows and images of log(g_1 / g_10)(P_i)"))
+
+
 def heatmaps_figure(table, outdir) -> List:
-    """Fig. 5 analogue: mean g_1(P_i) per layer and head, one panel per method (training seed 0)."""
+    """Fig. 5 analogue: per layer and head, one panel per method (training seed 0), the regularized quantity of each
+    JaSMin variant: mean g_1(P_i) (k = 0) and mean log(g_1 / g_10)(P_i) (k = 10), one image each, one colour
+    scale per image (from 0)."""
     h = table[table["train_seed"] == 0] if "train_seed" in table.columns else table
     order = {m: i for i, m in enumerate(method_order(h["method"]))}
     h = h.assign(_rank=h["method"].map(order)).sort_values("_rank", kind="stable")
-    vmax = float(h["g1_mean"].max())
-    ims = []
+    paths = []
+    for col, stem, title, label in HEAT_QUANTITIES:
+        if col not in h.columns:
+            continue
+        vmax = float(h[col].max())
+        ims = []
 
-    def draw(ax, k, sub):
-        M = np.full((int(sub["layer"].max()) + 1, int(sub["head"].max()) + 1), np.nan)
-        M[sub["layer"].astype(int), sub["head"].astype(int)] = sub["g1_mean"]
-        ims.append(ax.imshow(M, vmin=0, vmax=vmax, cmap="viridis"))
-        ax.set_xticks(range(M.shape[1]))
-        ax.set_yticks(range(M.shape[0]))
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_title(k[0], loc="left", fontsize=8)
-        ax.grid(False)
+        def draw(ax, k, sub, col=col, vmax=vmax, ims=ims):
+            M = np.full((int(sub["layer"].max()) + 1, int(sub["head"].max()) + 1), np.nan)
+            M[sub["layer"].astype(int), sub["head"].astype(int)] = sub[col]
+            ims.append(ax.imshow(M, vmin=0, vmax=vmax, cmap="viridis"))
+            ax.set_xticks(range(M.shape[1]))
+            ax.set_yticks(range(M.shape[0]))
+            ax.set_xlabel("head")
+            ax.set_ylabel("layer")
+            ax.set_title(k[0], loc="left", fontsize=8)
+            ax.grid(False)
 
-    def colorbar(fig, axes):
-        fig.colorbar(ims[-1], ax=axes, shrink=0.8, label="mean over rows and images of g_1(P_i)")
+        def colorbar(fig, axes, ims=ims, label=label):
+            fig.colorbar(ims[-1], ax=axes, shrink=0.8, label=label)
 
-    return facets(h, ["method"], outdir, "jasmin_sweep_g1_heatmaps", draw, "Regularized quantity g_1 per layer and "
-                  "head, per training regularizer", note=sweep_note(table), after=colorbar, panel=(2.6, 2.4))
+        paths += facets(h, ["method"], outdir, stem, draw, title, note=heatmap_note(h) + sweep_note(table),
+                        after=colorbar, panel=(2.6, 2.4))
+    return paths
+
+
+def heatmap_note(h) -> str:
+    """What a one-hot or uniform layer looks like in these maps, with the numbers of any JaSMin k=0 model."""
+    out = ("g_1 -> 0 and log(g_1/g_10) -> 0 both where a row is one-hot and where it is uniform (max weight 1/n). ")
+    k0 = h[h["method"].astype(str).str.startswith("JaSMin k=0")] if "p_max_mean" in h.columns else h.iloc[:0]
+    if len(k0):
+        by = k0.groupby("layer")[["p_max_mean", "g1_mean"]].mean()
+        hot = by[by["p_max_mean"] > 0.99]
+        if len(hot):
+            rest = by.drop(hot.index)
+            n = int(k0["n_tokens"].iloc[0]) if "n_tokens" in k0.columns else 0
+            out += (f"JaSMin k=0 (penalty on log g_1, unbounded below) made layer(s) "
+                    f"{', '.join(str(int(l)) for l in hot.index)} one-hot (mean max weight "
+                    f"{hot['p_max_mean'].min():.3f}, g_1 {hot['g1_mean'].max():.1e})"
+                    + (f" and the other layers near uniform (max weight {rest['p_max_mean'].min():.3f}-"
+                       f"{rest['p_max_mean'].max():.3f}" + (f", 1/n = {1 / n:.3f})" if n else ")") if len(rest) else "")
+                    + ": driving one layer's rows to one-hot lowers the penalty without bound. ")
+    return out
 
 
 def jacobian_norm_figure(table, outdir) -> List:
