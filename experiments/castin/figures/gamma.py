@@ -99,10 +99,10 @@ def magnitude_figure(table, outdir):
         f1, f2 = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["lipschitz_rescaled"])
         same = bool(((med["lipschitz_rescaled"] - med["lipschitz"]).abs() <= 1e-3 * med["lipschitz"]).all())
         peak = med["lipschitz"].idxmax()
-        hump = (f"; not monotone: peak {med['lipschitz'].max():.2f} at n = {int(peak)}"
+        hump = (f"\nnot monotone: peak {med['lipschitz'].max():.2f} at n = {int(peak)}"
                 if med.index.min() < peak < med.index.max() else "")
         plotting.caption(ax, f"slope {f1['slope']:.2f}, equalized {f2['slope']:.2f}"
-                         + (" (the two curves coincide)" if same else "") + hump)
+                         + ("\n(the two curves coincide)" if same else "") + hump)
         loglog_n_axes(ax, "||Df(X)|| (median)")
     return plotting.finish(fig, outdir, "castin_magnitude", ref(table), "Token magnitude vs n and its share of the "
                            "growth of ||Df||", note="Paper: pretrained GPT-2 (learned positions). "

@@ -221,7 +221,7 @@ def sqrt_n_adversarial_figure(table, outdir):
                              label="n^0.5 (the paper's rate, reference)", linestyle=(0, (1, 3)))
         plotting.caption(ax, panel_label(k[0], k[1], k[2], f"R = {g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)",
                                     g["pretrained"].iloc[0])
-                         + f"\nhead {best} (max gamma): slope {f['slope']:.2f} layer, {fh['slope']:.2f} head alone")
+                         + f"\nhead {best} (max gamma), slopes:\nlayer {f['slope']:.2f}, head alone {fh['slope']:.2f}")
         loglog_n_axes(ax, "||Df(X)|| (log)")
 
     return facets(table, ["model", "layer", "masked", "radius_factor"], outdir, "castin_sqrt_n_adversarial", draw,

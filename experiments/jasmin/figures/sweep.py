@@ -153,7 +153,7 @@ def heatmaps_figure(table, outdir) -> List:
 
 def heatmap_note(h) -> str:
     """What a one-hot or uniform layer looks like in these maps, with the numbers of any JaSMin k=0 model."""
-    out = ("g_1 -> 0 and log(g_1/g_10) -> 0 both where a row is one-hot and where it is uniform (max weight 1/n). ")
+    out = ("g_1 is 0 on a one-hot row and 1/n on a uniform one (max weight 1/n); log(g_1/g_10) is near 0 on both. ")
     k0 = h[h["method"].astype(str).str.startswith("JaSMin k=0")] if "p_max_mean" in h.columns else h.iloc[:0]
     if len(k0):
         by = k0.groupby("layer")[["p_max_mean", "g1_mean"]].mean()
@@ -161,7 +161,7 @@ def heatmap_note(h) -> str:
         if len(hot):
             rest = by.drop(hot.index)
             n = int(k0["n_tokens"].iloc[0]) if "n_tokens" in k0.columns else 0
-            out += (f"JaSMin k=0 (penalty on log g_1, unbounded below) made layer(s) "
+            out += (f"JaSMin k=0 (penalty on log g_1, unbounded below) made layer{'s' if len(hot) > 1 else ''} "
                     f"{', '.join(str(int(l)) for l in hot.index)} one-hot (mean max weight "
                     f"{hot['p_max_mean'].min():.3f}, g_1 {hot['g1_mean'].max():.1e})"
                     + (f" and the other layers near uniform (max weight {rest['p_max_mean'].min():.3f}-"
@@ -179,13 +179,26 @@ def jacobian_norm_figure(table, outdir) -> List:
                     patch_artist=True, positions=range(len(methods)), medianprops=dict(color="black"))
     for patch, m in zip(bp["boxes"], methods):
         patch.set(facecolor=st[m]["color"], hatch=st[m]["hatch"], alpha=0.7)
-    ax.set_xticks(range(len(methods)), methods, rotation=35, ha="right", fontsize=7)
+    seeds = "train_seed" if "train_seed" in table.columns else None
+    labels, dots = [], []
+    for i, m in enumerate(methods):
+        t = table[table["method"] == m]
+        k = t[seeds].nunique() if seeds else 1
+        labels.append(f"{m}\n({k} seed{'s' if k != 1 else ''}, {len(t)} images)")
+        if seeds:  # each training seed's median, beside the pooled box
+            med = t.groupby(seeds)["jacobian_norm"].median().to_numpy()
+            dots += ax.plot(np.full(len(med), i + 0.3), med, "D", color="black", ms=3.5, zorder=3,
+                            label="median of one training seed")
+    ax.set_xticks(range(len(methods)), labels, rotation=35, ha="right", fontsize=7)
     ax.set_xlabel("training regularizer")
     ax.set_yscale("log")
     ax.set_ylabel("||J|| of blocks + head, per image (log)")
+    if dots:
+        ax.legend(handles=dots[:1], loc="best", fontsize=7)
     return plotting.finish(fig, outdir, "jasmin_sweep_jacobian_norm", ref(table), "Whole-model Jacobian spectral "
-                           "norm per training regularizer (box: quartiles over evaluation images)",
-                           note=sweep_note(table), legend=False)
+                           "norm per training regularizer", note="Box: quartiles over the evaluation images of every "
+                           "training seed, pooled; whiskers 1.5 IQR, circles beyond; diamonds: each seed's median. "
+                           + sweep_note(table), legend=False)
 
 
 def overhead_figure(table, outdir) -> List:
