@@ -42,23 +42,31 @@ class LofastAblation(Experiment):
         return [dict(r, model=model) for r in rows]
 
     def figures(self, table, outdir: Path):
+        import numpy as np
+
         from experiments.figures.common import lipvit_name
         from harness import plotting
 
         eps = float(table.eps.iloc[0])
         fig, ax = plotting.figure(1, 1, width=5.0, height=3.2)
         t = table[table.variant == "coarse"]
-        for p, st in zip(PARAMS, plotting.styles(len(PARAMS))):
+        means = {}
+        for i, (p, st) in enumerate(zip(PARAMS, plotting.styles(len(PARAMS)))):
             s = t[t.param == p].groupby("rel_size").bound
             if not len(t[t.param == p]):
                 continue
             m, lo, hi = s.mean(), s.min(), s.max()
-            ax.plot(m.index, m.values, marker=st["marker"], color=st["color"], label=p)
+            ax.plot(m.index, m.values, marker=st["marker"], color=st["color"], label=p,
+                    ls=("-", "--", "-.", ":", "-")[i % 5], ms=max(3.0, 6.5 - 0.7 * i))
             ax.fill_between(m.index, lo.values, hi.values, alpha=0.2, color=st["color"])
+            means[p] = m
         ax.set_xlabel("relative perturbation size r")
-        ax.set_ylabel(f"Theorem 1 bound at eps = {eps:g} (xi)")
+        ax.set_ylabel(f"Theorem 1 bound at eps = {eps:g} (xi), log")
         ax.set_yscale("log")
-        plotting.caption(ax, "one parameter perturbed at a time (band: min-max over samples)")
+        close = [f"{a} ~ {b}" for x, a in enumerate(means) for b in list(means)[x + 1:]
+                 if len(means[a]) == len(means[b]) and bool(np.allclose(means[a].values, means[b].values, rtol=0.02))]
+        plotting.caption(ax, "one parameter perturbed at a time (line: mean over samples, band: min-max)"
+                         + (f"\nwithin 2 % of each other: {', '.join(close)}" if close else ""))
         return plotting.finish(fig, outdir, "lofast_ablation", self.figures_ref[0], "Sensitivity of Theorem 1's "
                                "bound to each parameter", note=f"Layer 0 of the {lipvit_name(table)} (2 layers, 8 "
                                "heads, W^V, W^O spectral norm <= 0.5). Paper: a CIFAR-10 ViT layer.", ncol=3)

@@ -37,7 +37,7 @@ def leaderboard_figures(table, outdir) -> List:
     r = r.assign(constant=(r["scope"] == "head") & heads.constant_mask(r, stats))
     note = ("Each box: log10 of (upper bound / true local Lipschitz constant ||J(X)||, Lanczos) over inputs x heads "
             "(per head) or inputs x layers (per layer; layer bound = sum over heads); box = quartiles, line = median, "
-            "whiskers = 1.5 IQR, no outliers drawn; 0 = exact. Only the bounds defined at a scope are listed there "
+            "whiskers = min and max (the summary's columns); inputs of every sequence length pooled; 0 = exact. Only the bounds defined at a scope are listed there "
             "(LoFAST naive is a layer bound). One x-range for every panel. Fig. 6: Kim/Specformer, Castin and JaSMin "
             "per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's eps -> 0 limit added."
             + " " + setting_note(table, models))
@@ -61,7 +61,7 @@ def leaderboard_figures(table, outdir) -> List:
                 keep = [k for k, dd in enumerate(data) if len(dd)]
                 if keep:
                     bp = ax.boxplot([data[k] for k in keep], positions=[k + 1 for k in keep], orientation="horizontal",
-                                    showfliers=False, patch_artist=True)
+                                    showfliers=False, patch_artist=True, whis=(0, 100))
                     for patch, k in zip(bp["boxes"], keep):
                         patch.set_facecolor(style[rows[k]]["color"])
                         patch.set_alpha(0.6)
@@ -88,21 +88,36 @@ def leaderboard_figures(table, outdir) -> List:
     if len(t):
         tm = list(dict.fromkeys(t["model"]))
         fig, axes = plotting.grid(len(tm), ncols=min(3, len(tm)))
+        growth = []  # per model: the bound whose ratio grows most from the shortest to the longest n
         for ax, m in zip(axes, tm):
-            for k in methods:
+            drawn = []
+            for i, k in enumerate(methods):
                 s = t[(t["model"] == m) & (t["method"] == k)].groupby("n")["ratio"].median()
                 if len(s):
                     st = style[k]
-                    ax.plot(s.index, s.values, marker=st["marker"], color=st["color"], label=labels[k])
+                    # later series dashed and with smaller markers, so one lying on another stays visible
+                    ax.plot(s.index, s.values, marker=st["marker"], color=st["color"], label=labels[k],
+                            ls=("-", "--", ":", "-.")[i % 4], ms=max(3.0, 7.0 - 0.5 * i))
+                    drawn.append((k, s))
+            ns = sorted(set(t.loc[t["model"] == m, "n"].astype(int)))
+            same = [(a, b) for x, (a, sa) in enumerate(drawn) for b, sb in drawn[x + 1:]
+                    if len(sa) == len(sb) and np.allclose(sa.values, sb.values, rtol=1e-3)]
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("sequence length n (tokens)")
             ax.set_ylabel("median bound / true (per head)")
-            ax.set_title(model_name(m), loc="left")
+            ax.set_title(model_name(m) + f"\nn = {', '.join(map(str, ns))}"
+                         + "".join(f"\n{labels[a]} = {labels[b]}" for a, b in same[:2]), loc="left", fontsize=8)
+            grow = [(float(sv.iloc[-1] / sv.iloc[0]), k) for k, sv in drawn if len(sv) > 1]
+            if grow:
+                f, k = max(grow)
+                growth.append(f"{model_name(m)}: {labels[k]} x{f:.3g} from n = {ns[0]} to {ns[-1]}")
         paths += plotting.finish(fig, outdir, "bound_leaderboard_vs_n", ref(table), "Bound / true ratio vs sequence "
                                  "length", note="y: median over inputs and heads of a per-head upper bound over "
                                  "the true local Lipschitz constant (Lanczos), dimensionless, 1 = exact; x: tokens "
-                                 "per Alice in Wonderland window. " + models_note(tm, table)
+                                 "per Alice in Wonderland window. Fastest-growing ratio: " + "; ".join(growth)
+                                 + " (a bound loosening with n: the true constant grows slower than it). "
+                                 + models_note(tm, table)
                                  + paper_note(table, " ViT rows (in bound_leaderboard.png): "))
     return paths
 
