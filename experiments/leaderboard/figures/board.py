@@ -87,8 +87,8 @@ def leaderboard_figures(table, outdir) -> List:
     t = r[(r["scope"] == "head") & ~r["model"].astype(str).str.startswith("vit")]  # text models: n varies
     if len(t):
         tm = list(dict.fromkeys(t["model"]))
-        fig, axes = plotting.grid(len(tm), ncols=min(3, len(tm)))
-        growth = []  # per model: the bound whose ratio grows most from the shortest to the longest n
+        fig, axes = plotting.grid(len(tm), ncols=min(3, len(tm)), panel=(4.6, 3.6))
+        growth, coincide = [], []  # per model: the fastest-growing ratio; the series lying on another
         for ax, m in zip(axes, tm):
             drawn = []
             for i, k in enumerate(methods):
@@ -106,8 +106,9 @@ def leaderboard_figures(table, outdir) -> List:
             ax.set_yscale("log")
             ax.set_xlabel("sequence length n (tokens)")
             ax.set_ylabel("median bound / true (per head)")
-            ax.set_title(model_name(m) + f"\nn = {', '.join(map(str, ns))}"
-                         + "".join(f"\n{labels[a]} = {labels[b]}" for a, b in same[:2]), loc="left", fontsize=8)
+            ax.set_title(model_name(m) + f"\nn = {', '.join(map(str, ns))}", loc="left", fontsize=8)
+            if same:
+                coincide.append(f"{model_name(m)}: " + ", ".join(f"{labels[a]} = {labels[b]}" for a, b in same))
             grow = [(float(sv.iloc[-1] / sv.iloc[0]), k) for k, sv in drawn if len(sv) > 1]
             if grow:
                 f, k = max(grow)
@@ -117,6 +118,8 @@ def leaderboard_figures(table, outdir) -> List:
                                  "the true local Lipschitz constant (Lanczos), dimensionless, 1 = exact; x: tokens "
                                  "per Alice in Wonderland window. Fastest-growing ratio: " + "; ".join(growth)
                                  + " (a bound loosening with n: the true constant grows slower than it). "
+                                 + ("Coinciding series (within 0.1 %, drawn on top of each other): "
+                                    + "; ".join(coincide) + ". " if coincide else "")
                                  + models_note(tm, table)
                                  + paper_note(table, " ViT rows (in bound_leaderboard.png): "))
     return paths

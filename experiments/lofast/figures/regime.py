@@ -25,6 +25,9 @@ def regime_figure(table, outdir):
     fig, axes = plotting.grid(len(groups), max_cols=2, panel=(4.2, 3.0))
     scales = sorted(t["x_scale"].unique(), reverse=True)
     import matplotlib
+    import matplotlib.ticker
+
+    from experiments.lofast.figures.plots import readable
 
     cmap = matplotlib.colormaps["viridis"]
     colors = [cmap(i / max(1, len(scales) - 1) * 0.9) for i in range(len(scales))]  # one colour per input norm
@@ -35,9 +38,13 @@ def regime_figure(table, outdir):
                 ax.semilogx(med.index, med[col + "_ratio"], ls, color=c, marker="o", markersize=3,
                             label=f"||x_i|| = {s:g}, {label}")
         ax.axhline(1.0, color="k", lw=0.8)
-        plotting.caption(ax, f"{src} ({g['model'].iloc[0]}), n = {n} tokens")
+        plotting.caption(ax, f"{readable(str(g['model'].iloc[0]))}\nn = {n} tokens")
         ax.set_xlabel("perturbation eps (Frobenius)")
-        ax.set_ylabel("eq. 23 bound / PGD lower bound")
+        ax.set_yscale("log")  # a ratio: equal steps are equal factors
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_yticks([v for v in (1, 1.25, 1.5, 2, 3, 4, 6, 8) if v <= 1.05 * float(np.nanmax(ax.get_ylim()))])
+        ax.set_ylabel("eq. 23 bound / PGD lower bound (log)")
     note = (f"Paper: a CIFAR-10 ViT layer with 4 patches. Here: the {lipvit_name(table)} trained here and "
             "pretrained MiniLM layer 0 (SST-2 tokens), rows scaled to norm ||x_i||; n = 4 keeps the first 4 tokens. "
             "Ratio 1 = tight; medians over samples.")
