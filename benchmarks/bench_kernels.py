@@ -223,3 +223,28 @@ def test_best_of_report_pairs_each_side_at_its_own_best_count(capsys, report_thr
     R.main(["--part", "kernels", "--quick", "--repeats", "1", "--threads", "1,2"])
     out = capsys.readouterr().out
     assert "### Each side at its best thread count" in out and out.count("| n=6 d=8 h=2 | zeta |") == 3
+
+
+# ---- the certified truth: float64 throughout vs mixed precision (harness.kernels.mixed) --------------------------
+TRUTH_SIZES = os.environ.get("ATTNLIP_BENCH_TRUTH_SIZES", "mid,vitb").split(",")
+CERTIFY = dict(steps=24, fail_prob=1e-6)
+
+
+@pytest.mark.parametrize("size", TRUTH_SIZES)
+@pytest.mark.parametrize("heads", [False, True], ids=["layer", "heads"])
+@pytest.mark.parametrize("route", ["float64", "mixed"])
+def test_bench_certified_truth(benchmark, size, heads, route):
+    """analyze's certified truth of the layer or of every head, float64 Lanczos throughout vs float32 iterations
+    refined in float64; the values agree to 1e-9 and the certified estimates stay above them (timed:
+    `pytest benchmarks/bench_kernels.py -k certified_truth --benchmark-only`)."""
+    from harness.kernels import layer, mixed
+
+    if benchmark.disabled:
+        size = "tiny"
+    X, w = case(size)
+    benchmark.group = f"certified truth ({'heads' if heads else 'layer'}) {size} {SIZES[size]}"
+    fn = (lambda: mixed.truth(X, w, heads=heads, certify=CERTIFY)) if route == "mixed" else \
+        (lambda: layer.truth(X, w, heads=heads, certify=CERTIFY))
+    r = benchmark.pedantic(fn, rounds=1 if benchmark.disabled else 3, iterations=1)
+    ref = layer.truth(X, w, heads=heads, certify=CERTIFY) if route == "mixed" else r
+    assert rel_diff(r.value, ref.value) <= 1e-9 and bool((r.upper >= r.value).all())

@@ -115,7 +115,7 @@ class JasminInterlacing(Experiment):
             ax.set_xticklabels([str(int(v)) for v in ns])
             ax.minorticks_off()
             ax.set_xlabel("n (length of the probability vector p)")
-        axes[0].axhline(1, color="gray", lw=0.8, ls="--")
+        axes[0].axhline(1, color="gray", lw=0.8, ls="-")  # g_1 = s_1 (tight)
         axes[0].set_ylabel(r"mean $g_1/\|J_{sm}\|$")
         plotting.caption(axes[0], r"(a) tightness of $g_1 \geq s_1$")
         axes[1].set_ylim(-0.05, 1.05)
@@ -126,7 +126,7 @@ class JasminInterlacing(Experiment):
         axes[2].set_yscale("log")
         axes[2].axhline(TOL, color="gray", lw=0.8, ls="--", label=f"tolerance {TOL:g}")
         axes[2].set_ylabel("worst violation (floored 1e-18)")
-        plotting.caption(axes[2], "(c) largest negative link (float64)")
+        plotting.caption(axes[2], "(c) largest violation of any inequality\nof the chain (float64)")
         return plotting.finish(fig, outdir, "interlacing", self.figures_ref[0], "Interlacing of softmax Jacobian "
                                "singular values and the g_k bounds, by temperature T",
                                note="p = softmax(z/T), z ~ N(0, I_n), plus uniform / one-hot / (1/2,1/2,0,..) / tied "

@@ -33,14 +33,14 @@ def block_figure(table, outdir):
         if inputs == "random_tokens" and "radius_mean" in g:
             what = what.replace("fixed norm R", f"fixed norm R = {g['radius_mean'].median():.1f}")
         est = (f", estimator {fp['slope']:.2f}" if bool(g["pretrained"].astype(bool).all())
-               else "\nestimator: rounding noise (J^T F(X) = 0)")
+               else "\nestimator: noise (J^T F = 0)")
         plotting.caption(ax, f"{_name(g)}, L{layer}\n{what}\nslope: true {ft['slope']:.2f}{est}")
         ax.set_xlabel("sequence length n")
-        ax.set_ylabel("local Lipschitz constant")
+        ax.set_ylabel("local Lipschitz constant (log)")
         log_n_ticks(ax)
     from experiments.figures.common import setting_note
 
-    note = ("Map: Hugging Face BertAttention, LN(X + attn(X)) with W^O, biases, residual and LayerNorm (as the "
+    note = ("Lines: median over the sequences of each n (dots: each sequence). Map: Hugging Face BertAttention, LN(X + attn(X)) with W^O, biases, residual and LayerNorm (as the "
             "authors measured); the paper finds ~n^0.25. " + setting_note(table))
     if not table["pretrained"].astype(bool).all():
         note += (" With random weights LayerNorm has weight 1 and bias 0, so J^T F(X) = 0 and the estimator is "

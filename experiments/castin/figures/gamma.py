@@ -82,8 +82,8 @@ def magnitude_figure(table, outdir):
         med = g.groupby("n").median(numeric_only=True)
         ax = axes[0, j]
         ax.scatter(g["n"], g["radius_mean"], s=4, color=plotting.color("ours"), alpha=0.5)
-        ax.plot(med.index, med["radius_mean"], color=plotting.color("ours"), label="mean ||x_i|| (dots: sequences)")
-        ax.plot(med.index, med["radius_max"], color=plotting.color("paper"), label="max ||x_i||")
+        ax.plot(med.index, med["radius_mean"], color=plotting.color("ours"), label="mean ||x_i|| of a sequence (dots; line: median)")
+        ax.plot(med.index, med["radius_max"], color=plotting.color("paper"), label="max ||x_i|| of a sequence (median over sequences)")
         ax.set_xscale("log")
         loglog_n_axes(ax, "token norm ||x_i||")
         ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter(useOffset=False))  # absolute norms

@@ -82,7 +82,9 @@ def radius_large_figure(table, outdir):
                                     if n else ""))
 
     return _facets(table, outdir, "castin_radius_large", draw, "Large-radius limit of the Lipschitz constant",
-                   note=_NOTE)
+                   note=_NOTE + " Thm 3.7's eps(R) -> 1 only as R -> infinity: at finite R the ratio can sit far "
+                   "above 1 (the softmax is not yet saturated) and falls to its sequence's exact limit once it is. "
+                   "||V||: spectral norm of the head's value-output map.")
 
 
 def _radius_large_verdict(counts) -> str:

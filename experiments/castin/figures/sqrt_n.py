@@ -220,7 +220,7 @@ def sqrt_n_adversarial_figure(table, outdir):
                         marker=None)
         f, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
         plotting.slope_guide(ax, gb["n"], 0.5, (float(gb["n"].iloc[0]), float(gb["lipschitz_head"].iloc[0]) / 2),
-                             label="n^0.5 (the paper's rate, reference)", linestyle=(0, (1, 3)))
+                             label="n^0.5 (the paper's rate, reference)", linestyle="-.", color="#BBBBBB")
         plotting.caption(ax, panel_label(k[0], k[1], k[2], f"R = {g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)",
                                     g["pretrained"].iloc[0])
                          + f"\nhead {best} (max gamma), slopes:\nlayer {f['slope']:.2f}, head alone {fh['slope']:.2f}")

@@ -62,8 +62,9 @@ def attention_map_figures(table, outdir) -> List:
                 ax.set_ylabel("patch row")
                 ax.grid(False)
             fig.colorbar(im, ax=axes, shrink=0.6, label="attention weight")
-            note = ("Panel title: exact ||J_sm(P_q)|| / g_1(P_q). One colour scale for all panels; the CLS key (the "
-                    "row's remaining weight) is not drawn. " + setting_note(table, [name]))
+            note = ("Panel title: exact ||J_sm(P_q)|| / g_1(P_q). Token 0 is CLS, so query q is patch q - 1 (red "
+                    "box). One colour scale for all panels; the CLS key (the row's remaining weight) is not drawn. "
+                    + setting_note(table, [name]))
         else:
             fig, axes = plotting.figure(1, 2, width=10.0, height=max(4.0, 0.075 * L * H + 1.5), squeeze=False,
                                         gridspec_kw=dict(width_ratios=[3, 1.4]))
@@ -140,11 +141,12 @@ def jsm_rows_figures(table, outdir) -> List:
             tag = ""
             if len(pick) < len(mean):  # per layer the loosest and the tightest head: say which this is
                 tag = " (loosest)" if k[1] == mean[k[0]].idxmax() else " (tightest)"
-            plotting.caption(ax, f"layer {k[0]}, head {k[1]}{tag}: mean g_1 / exact {mean[k]:.2f}")
+            plotting.caption(ax, f"L{k[0]} h{k[1]}{tag}: g_1/exact {mean[k]:.2f}")
 
         few = "" if len(pick) == len(mean) else ", per layer the loosest and the tightest head"
+        note_rows = ("Panel title: mean over query rows of g_1 / exact, both per row the mean over samples. " + note)
         paths += facets(sel, ["layer", "head"], outdir, f"jsm_vs_g1_{name}_rows", draw, title + few,
-                        note=note, panel=(3.0, 2.3))
+                        note=note_rows, panel=(3.0, 2.3))
     return paths
 
 

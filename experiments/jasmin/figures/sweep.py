@@ -115,7 +115,7 @@ HEAT_QUANTITIES = (("g1_mean", "jasmin_sweep_g1_heatmaps", "Regularized quantity
                    "regularizer", "mean over rows and images of g_1(P_i)"),
                   ("log_g1_over_g10", "jasmin_sweep_log_g1_g10_heatmaps", "JaSMin k=10's regularized quantity "
                    "log(g_1 / g_10) per layer and head, per training regularizer",
-                   "mean over rows and images of log(g_1 / g_10)(P_i)"))
+                   "mean over rows and images of ln(g_1 / g_10)(P_i)"))
 
 
 def heatmaps_figure(table, outdir) -> List:
@@ -146,7 +146,8 @@ def heatmaps_figure(table, outdir) -> List:
         def colorbar(fig, axes, ims=ims, label=label):
             fig.colorbar(ims[-1], ax=axes, shrink=0.8, label=label)
 
-        paths += facets(h, ["method"], outdir, stem, draw, title, note=heatmap_note(h) + sweep_note(table),
+        paths += facets(h, ["method"], outdir, stem, draw, title, note="Training seed 0 of each setting. "
+                        + heatmap_note(h) + sweep_note(table),
                         after=colorbar, panel=(2.6, 2.4))
     return paths
 
@@ -184,7 +185,7 @@ def jacobian_norm_figure(table, outdir) -> List:
     for i, m in enumerate(methods):
         t = table[table["method"] == m]
         k = t[seeds].nunique() if seeds else 1
-        labels.append(f"{m}\n({k} seed{'s' if k != 1 else ''}, {len(t)} images)")
+        labels.append(f"{m}\n({k} seed{'s' if k != 1 else ''} x {len(t) // max(k, 1)} images)")
         if seeds:  # each training seed's median, beside the pooled box
             med = t.groupby(seeds)["jacobian_norm"].median().to_numpy()
             dots += ax.plot(np.full(len(med), i + 0.3), med, "D", color="black", ms=3.5, zorder=3,
