@@ -395,14 +395,3 @@ def test_report_figures_keep_series_and_ticks_apart(tmp_path):
     report.layer_plot(df, tmp_path / "layers.png")
     assert (tmp_path / "layers.png").stat().st_size > 0
 
-
-def test_forward_pass_runs_where_the_model_is(saved, monkeypatch):
-    """A module handed to analyze keeps its device: the inputs go to the model's device for the forward pass, the
-    bounds to options.device (a CUDA-resident bound computation of a CPU model used to fail in the embedding)."""
-    model, tok = _load(saved["bert"])
-    seen = []
-    real = core.model_inputs
-    monkeypatch.setattr(core, "model_inputs", lambda *a: (seen.append(a[-1]), real(*a))[1])
-    analyze(model, TEXTS[0], tokenizer=tok, methods=["kim"], eps=0.0, layers=[0])
-    assert seen == [torch.device("cpu")] == [core.forward_device(model)]
-    assert core.forward_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU

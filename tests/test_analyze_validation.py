@@ -330,3 +330,22 @@ def test_layer_plot_shows_the_tables_ratios(monkeypatch, tmp_path):
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in fig.axes[0].lines}
     assert lines["LoF-sharp"] == [40.0, 80.0] and lines["PGD"] == [0.9, 1.8]
     assert lines["truth (= 1)"] == [1.0, 1.0] and fig.axes[0].get_yscale() == "log"
+
+
+def test_forward_pass_runs_where_the_model_is(monkeypatch):
+    """A module handed to analyze keeps its device: the inputs go to the model's device for the forward pass, the
+    bounds to options.device (a CUDA-resident bound computation of a CPU model used to fail in the embedding)."""
+    import transformers
+
+    from harness.analyze import core
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                  vocab_size=50)
+    model = transformers.BertModel(cfg).eval()
+    seen = []
+    real = core.model_inputs
+    monkeypatch.setattr(core, "model_inputs", lambda *a: (seen.append(a[-1]), real(*a))[1])
+    df = analyze(model, {"input_ids": torch.tensor([[1, 7, 9, 2]])}, methods=["kim"], eps=0.0, entry_points=False)
+    assert seen == [torch.device("cpu")] == [core.forward_device(model)] and df["sound"].all()
+    assert core.forward_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU

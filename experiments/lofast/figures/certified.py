@@ -43,7 +43,8 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
 
     from experiments.figures.common import facets
 
-    table = table.assign(config=config_label(table)).sort_values("config", kind="stable")
+    order = [c for c in ("layers", "heads", "vo_norm", "patch") if c in table.columns]  # numeric, not by name
+    table = table.assign(config=config_label(table)).sort_values(order or "config", kind="stable")
     curves = table[table.kind == "curve"]
     note = (f"Paper: {paper}. Here: {ours}, {int(curves.n_points.iloc[0])} test points (CPU budget). "
             + config_note(table))
@@ -51,7 +52,8 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
     def draw_curves(ax, k, t):
         for b in (b for b in BOUNDS if (t.bound == b).any()):
             s = t[t.bound == b].sort_values("eps")
-            ax.plot(s.eps, s.certified_acc, label=f"certified, {BOUND_LABELS[b]}", **BOUND_STYLE[b])
+            ax.plot(s.eps, s.certified_acc, label=f"certified, {BOUND_LABELS[b]}",
+                    **{"marker": ".", "markersize": 3, **BOUND_STYLE[b]})  # dots: the eps grid
         s = t[t.bound == "fine"].sort_values("eps")
         ax.plot(s.eps, s.pgd_acc, label="PGD accuracy (empirical upper limit)", **BOUND_STYLE["pgd"])
         ax.axhline(float(s.clean_acc.iloc[0]), color="#000000", lw=0.7, ls="--", label="clean accuracy")
@@ -72,7 +74,9 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
     paths = facets(curves, ["config"], outdir, f"{stem}_curves", draw_curves, "Certified and empirical "
                    "accuracy vs perturbation size", note=note, ncols=3)
     return paths + facets(table[table.kind == "radius"], ["config"], outdir, f"{stem}_radius", draw_radius,
-                          "Distribution of certified radii", note=note, ncols=3)
+                          "Distribution of certified radii", note="Every test point counts: a misclassified point "
+                          "has radius 0, so each curve starts at 1 at r = 0 and drops to the clean accuracy just "
+                          "above it. Each panel has its own radius range. " + note, ncols=3)
 
 
 def certified_summary(table, eps_ref: float) -> str:
