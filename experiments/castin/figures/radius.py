@@ -69,11 +69,12 @@ def radius_large_figure(table, outdir):
     table = _mask_label(table)
 
     def draw(ax, lab, g):
-        for _, gs in g.groupby("seq"):
-            ax.loglog(gs["R"], gs["ratio"], color=plotting.color("lipschitz"), alpha=0.6, lw=0.8,
-                      label="one input sequence")
-            ax.axhline(gs["limit_ratio"].iloc[0], color=plotting.color("castin"), ls=":", lw=0.8,
-                       label="its exact limit sqrt(max_j #{i: j*(i) = j} / n)")
+        seqs = list(g.groupby("seq"))
+        for (_, gs), st in zip(seqs, plotting.styles(len(seqs))):  # a sequence and its limit share one colour
+            ax.loglog(gs["R"], gs["ratio"], color=st["color"], alpha=0.8, lw=0.8,
+                      label="one input sequence (colour: which)")
+            ax.axhline(gs["limit_ratio"].iloc[0], color=st["color"], ls=":", lw=0.9,
+                       label="its exact limit sqrt(max_j #{i: j*(i) = j} / n), same colour")
         ax.axhline(1.0, color="#888888", ls="--", lw=0.8, label="1 (Thm 3.7's eps(R) -> 1)")
         ax.set_ylabel("||Df(RX)|| / (||V|| sqrt n)")
         ax.set_xlabel("input radius R (token norm)")
