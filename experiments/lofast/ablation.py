@@ -65,11 +65,15 @@ class LofastAblation(Experiment):
         ax.set_yscale("log")
         close = [f"{a} ~ {b}" for x, a in enumerate(means) for b in list(means)[x + 1:]
                  if len(means[a]) == len(means[b]) and bool(np.allclose(means[a].values, means[b].values, rtol=0.02))]
+        pert = t[t.rel_size > 0]
+        draws = int(pert.groupby(["param", "rel_size"]).size().max()) if len(pert) else 1
         plotting.caption(ax, "one parameter perturbed at a time (line: mean over samples, band: min-max)"
                          + (f"\nwithin 2 % of each other: {', '.join(close)}" if close else ""))
         return plotting.finish(fig, outdir, "lofast_ablation", self.figures_ref[0], "Sensitivity of Theorem 1's "
                                "bound to each parameter", note=f"Layer 0 of the {lipvit_name(table)} (2 layers, 8 "
-                               "heads, W^V, W^O spectral norm <= 0.5). Paper: a CIFAR-10 ViT layer.", ncol=3)
+                               "heads, W^V, W^O spectral norm <= 0.5), with its residual (H = I). Perturbation: "
+                               "p + r ||p||_F G / ||G||_F, G Gaussian, for the parameter p named by the line; "
+                               f"{draws} draws per r > 0. Paper: a CIFAR-10 ViT layer.", ncol=3)
 
     def summary(self, table) -> str:
         t = table[table.variant == "coarse"]
