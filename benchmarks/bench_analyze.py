@@ -11,7 +11,6 @@ import time
 from typing import Optional
 
 import numpy as np
-
 import pytest
 
 
@@ -130,31 +129,29 @@ def bert_report(small: bool = False, device: str = "cpu", runs=("float64", "mixe
              f"d = {cfg.hidden_size}), one input of {n} tokens, every bound + the truth, on {device}; one run each:",
              "", "| run | forward (s) | slowest layer (s) | total (s) | process peak RSS so far (GB) | all sound | "
              "max rel. diff vs float64 | same, KW estimates |", "|---|---|---|---|---|---|---|---|"]
-    frames = {}
+    runs_done = []  # (label, table row without the differences, analysis table)
     for label, kw in (BERT_RUNS[r] for r in runs):
-        label = label + " (again)" if label in frames else label  # a repeat shows the run-to-run noise
+        label = label + " (again)" if any(label == r[0] for r in runs_done) else label  # a repeat: run-to-run noise
         tim = {}
         t0 = time.perf_counter()
         df = analyze(model, inputs, entry_points=False, timings=tim, device=device, **kw)
         wall = time.perf_counter() - t0
-        frames[label] = df
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
         print(f"  {label}: {wall:.1f} s", flush=True)
-        lines.append(f"| {label} | {tim.get('forward_s', float('nan')):.2f} | "
-                     f"{max(tim.get('layers_s', {0: float('nan')}).values()):.2f} | {wall:.1f} | {rss:.2f} | "
-                     f"{bool(df['sound'].all())} | {{diff:{label}}} | {{kw:{label}}} |")
-    ref = frames.get(BERT_RUNS["float64"][0])
-    out = "\n".join(lines + ["", "Target: <= 60 s on 2 idle threads, every value within 1e-9 of float64 "
-                                  "(docs/notes/analyze.md gives the float64 floor)."])
-    for label, df in frames.items():
-        for key, methods in (("diff", None), ("kw", KW_ESTIMATES)):
-            d = "ref" if df is ref else "-" if ref is None else max_rel_diff(df, ref, methods)
-            out = out.replace(f"{{{key}:{label}}}", d)
-    return out + ("\n\nKW estimates: truth_upper, second_order (which rests on the certified layer truth) and best "
-                  "(the least certificate, often second_order) are or can be Kuczynski-Wozniakowski upper "
-                  "estimates; they depend on how long the first Krylov cycle ran, so they are compared apart from "
-                  "the other values.")
-
+        runs_done.append((label, f"| {label} | {tim.get('forward_s', float('nan')):.2f} | "
+                                 f"{max(tim.get('layers_s', {0: float('nan')}).values()):.2f} | {wall:.1f} | "
+                                 f"{rss:.2f} | {bool(df['sound'].all())} |", df))
+    ref = next((df for label, _, df in runs_done if label == BERT_RUNS["float64"][0]), None)
+    for label, row, df in runs_done:  # the differences need the float64 run, wherever it came in the order
+        diffs = ["ref" if df is ref else "-" if ref is None else max_rel_diff(df, ref, methods)
+                 for methods in (None, KW_ESTIMATES)]
+        lines.append(f"{row} {diffs[0]} | {diffs[1]} |")
+    return "\n".join(lines + ["", "Target: <= 60 s on 2 idle threads, every value within 1e-9 of float64 "
+                                   "(docs/notes/analyze.md gives the float64 floor).", "",
+                               "KW estimates: truth_upper, second_order (which rests on the certified layer truth) "
+                               "and best (the least certificate, often second_order) are or can be "
+                               "Kuczynski-Wozniakowski upper estimates; they depend on how long the first Krylov "
+                               "cycle ran, so they are compared apart from the other values."])
 
 KW_ESTIMATES = ("truth_upper", "second_order", "best")
 

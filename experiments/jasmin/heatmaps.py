@@ -66,8 +66,7 @@ class JasminHeatmaps(Experiment):
                   "here the means over heads, eval images and query rows of our Fashion-MNIST ViTs."]
         from experiments.jasmin.figures.sweep import heatmap_note
 
-        seed0 = table[table["train_seed"] == 0] if "train_seed" in table.columns else table
-        lines += ["", heatmap_note(seed0).strip()]
+        lines += ["", heatmap_note(table).strip()]
         base = [m for m in g.index if str(m).lower().startswith("baseline")]
         jas = [m for m in g.index if str(m).startswith("JaSMin")]
         if base and jas:

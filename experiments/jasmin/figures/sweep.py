@@ -122,7 +122,7 @@ def heatmaps_figure(table, outdir) -> List:
     """Fig. 5 analogue: per layer and head, one panel per method (training seed 0), the regularized quantity of each
     JaSMin variant: mean g_1(P_i) (k = 0) and mean log(g_1 / g_10)(P_i) (k = 10), one image each, one colour
     scale per image (from 0)."""
-    h = table[table["train_seed"] == 0] if "train_seed" in table.columns else table
+    h = seed_zero(table)
     order = {m: i for i, m in enumerate(method_order(h["method"]))}
     h = h.assign(_rank=h["method"].map(order)).sort_values("_rank", kind="stable")
     paths = []
@@ -152,8 +152,14 @@ def heatmaps_figure(table, outdir) -> List:
     return paths
 
 
-def heatmap_note(h) -> str:
-    """What a one-hot or uniform layer looks like in these maps, with the numbers of any JaSMin k=0 model."""
+def seed_zero(table):
+    """The rows of training seed 0 (the heat maps show one trained model per setting)."""
+    return table[table["train_seed"] == 0] if "train_seed" in table.columns else table
+
+
+def heatmap_note(table) -> str:
+    """What a one-hot or uniform layer looks like in these maps, with the numbers of any JaSMin k=0 model (seed 0)."""
+    h = seed_zero(table)
     out = ("g_1 is 0 on a one-hot row and 1/n on a uniform one (max weight 1/n); log(g_1/g_10) is near 0 on both. ")
     k0 = h[h["method"].astype(str).str.startswith("JaSMin k=0")] if "p_max_mean" in h.columns else h.iloc[:0]
     if len(k0):
