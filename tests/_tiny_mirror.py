@@ -7,9 +7,9 @@
 The content is synthetic English-like text from a seeded word generator: deterministic (same bytes on every
 build, zip members carry a fixed timestamp), a few hundred kilobytes, built in well under a second. Sizes are far
 below the real corpora's (tests that need the real counts use the real mirror); they are large enough for every
-test-scale cell and for the quick scale's token windows. The image datasets (fashion-mnist/, cifar-10-batches-py/)
-are left out: they have their own sources (Debian's package, ATTNLIP_FASHION_MNIST, ATTNLIP_CIFAR10), which a fake
-copy in the mirror would shadow.
+test-scale cell and for the quick scale's token windows. The image datasets (fashion-mnist/, cifar-10-batches-py/,
+cifar-100-python/) are left out: they have their own sources (Debian's package, ATTNLIP_FASHION_MNIST,
+ATTNLIP_CIFAR10, ATTNLIP_CIFAR100), which a fake copy in the mirror would shadow.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import List, Tuple
 
 SEED = 0
 EOT = "<|endoftext|>"  # GPT-2's one special token: bos, eos and unk, the last id of the vocabulary
-LEFT_OUT = ("fashion_mnist", "cifar10")  # image datasets: their own sources, which a fake copy here would shadow
+LEFT_OUT = ("fashion_mnist", "cifar10", "cifar100")  # image datasets: their own sources, a fake copy would shadow
 TOKENIZER_VOCAB = 1000  # target size of the trained BPE vocabulary (GPT-2 has 50,257)
 
 NOUNS = ("rabbit queen king hatter cat garden door key table bottle cake tea party hole house river tree "

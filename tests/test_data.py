@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from harness.data import paths, text
+from tests.test_data_sources import SHA, build_hub_cache, env  # noqa: F401 - env: the offline fixture
 
 
 class WordTok:
@@ -193,6 +194,116 @@ def test_cifar10_planted_pickle_is_refused(tmp_path):
         pickle.dump({b"data": _Boom(), b"labels": [0]}, f)
     with pytest.raises(pickle.UnpicklingError, match="refusing to load"):
         load_images("cifar10", root=tmp_path, split="test")
+
+
+def _fake_cifar100(parent, n_train=6, n_test=4):
+    """parent/cifar-100-python as the python version ships it: train and test, dicts of b"data" (N, 3072) uint8,
+    b"fine_labels" (0..99) and b"coarse_labels" (no meta: the class names are the loader's own)."""
+    import pickle
+
+    import numpy as np
+
+    d = parent / "cifar-100-python"
+    d.mkdir(parents=True)
+    rng = np.random.RandomState(0)
+    for nm, n in (("train", n_train), ("test", n_test)):
+        fine = [99, 0] + rng.randint(1, 99, n - 2).tolist()
+        with open(d / nm, "wb") as f:
+            pickle.dump({b"data": rng.randint(0, 256, (n, 3072), dtype=np.uint8), b"fine_labels": fine,
+                         b"coarse_labels": [lab // 5 for lab in fine], b"filenames": [b"x.png"] * n}, f)
+    return d
+
+
+def test_cifar100_pickle_format(tmp_path):
+    import pickle
+
+    d = _fake_cifar100(tmp_path)
+    for split, n in (("train", 6), ("test", 4)):
+        X, y, info = load_images("cifar100", root=tmp_path, split=split)
+        _check_images(X, y, info, (3, 32, 32), 100)
+        with open(d / split, "rb") as f:
+            raw = pickle.load(f)  # the file this test wrote
+        assert len(X) == n and y.tolist() == raw[b"fine_labels"] and y.max() == 99  # fine labels, not coarse
+        assert torch.allclose(X.reshape(n, -1), torch.tensor(raw[b"data"] / 255.0, dtype=torch.float32))
+    assert info["classes"][:3] == ["apple", "aquarium_fish", "baby"] and info["classes"][99] == "worm"
+    assert info["source"] == str(d) and load_images("cifar100", root=d, split="test")[1].tolist() == y.tolist()
+
+
+def test_cifar100_from_its_variable_and_the_mirror(tmp_path, monkeypatch):
+    from harness.data import resolve
+
+    monkeypatch.delenv("ATTNLIP_DATA", raising=False)
+    local = _fake_cifar100(tmp_path / "local")
+    for value in (local, local.parent):  # the folder itself or the one holding cifar-100-python
+        monkeypatch.setenv("ATTNLIP_CIFAR100", str(value))
+        assert resolve.source("cifar100") == "local:ATTNLIP_CIFAR100"
+        X, y, info = load_images("cifar100", split="test")
+        _check_images(X, y, info, (3, 32, 32), 100)
+        assert len(X) == 4 and info["source"] == str(local)
+    mirror = _fake_cifar100(tmp_path / "mirror")
+    monkeypatch.setenv("ATTNLIP_DATA", str(mirror.parent))  # the mirror comes first
+    assert resolve.source("cifar100") == "mirror:cifar100"
+    X, y, info = load_images("cifar100", split="train")
+    _check_images(X, y, info, (3, 32, 32), 100)
+    assert len(X) == 6 and info["source"] == str(mirror)
+
+
+def test_cifar100_missing_names_its_variable_and_the_fetch(tmp_path, monkeypatch):
+    from harness.errors import DataNotFound
+
+    monkeypatch.delenv("ATTNLIP_DATA", raising=False)
+    monkeypatch.setenv("ATTNLIP_CIFAR100", str(tmp_path / "empty"))
+    for call in (lambda: paths.cifar100_dir(tmp_path), lambda: load_images("cifar100", root=tmp_path),
+                 lambda: load_images("cifar100", split="test")):  # the last through $ATTNLIP_CIFAR100
+        with pytest.raises(DataNotFound, match="ATTNLIP_CIFAR100") as e:
+            call()
+        assert "cifar-100-python" in str(e.value) and e.value.fix == "attnlip data fetch cifar100"
+    d = _fake_cifar100(tmp_path / "half")
+    (d / "train").unlink()
+    with pytest.raises(DataNotFound, match="missing CIFAR-100 file .*train") as e:
+        load_images("cifar100", root=d, split="train")
+    assert e.value.fix == "attnlip data fetch cifar100"
+
+
+def test_cifar100_planted_pickle_is_refused(tmp_path):
+    """A planted CIFAR-100 file is refused by the same restricted unpickler as CIFAR-10's: nothing runs."""
+    import os
+    import pickle
+
+    class Planted:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    d = _fake_cifar100(tmp_path)
+    with open(d / "test", "wb") as f:
+        pickle.dump({b"data": Planted(), b"fine_labels": [0]}, f)
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load .* from a CIFAR batch"):
+        load_images("cifar100", root=tmp_path, split="test")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_cifar100_hub_copy_reads_the_fine_labels(env, capsys):
+    """The hub route (uoft-cs/cifar100 in the `datasets` cache): images from `img`, labels from `fine_label`."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    from harness.data import cli, resolve
+
+    assert cli.cmd_fetch(["cifar100"]) == 1 and "cifar100: hub download off" in capsys.readouterr().err
+    arrs = [np.random.RandomState(i).randint(0, 256, (32, 32, 3), dtype=np.uint8) for i in range(3)]
+    feats = datasets.Features({"img": datasets.Image(), "fine_label": datasets.Value("int64"),
+                               "coarse_label": datasets.Value("int64")})
+    build_hub_cache("cifar100", {"test": {"img": [Image.fromarray(a) for a in arrs], "fine_label": [99, 0, 42],
+                                          "coarse_label": [13, 4, 8]}}, features=feats)
+    X, y, info = load_images("cifar100", split="test")
+    _check_images(X, y, info, (3, 32, 32), 100)
+    assert y.tolist() == [99, 0, 42] and info["source"] == f"hf:uoft-cs/cifar100@{SHA[:12]}"
+    assert np.allclose(X[0].numpy(), arrs[0].transpose(2, 0, 1) / 255.0)
+    assert resolve.fetch("cifar100") == (True, f"cifar100: already available (hf:uoft-cs/cifar100@{SHA[:12]})")
+    assert cli.cmd_list() == 0
+    out = capsys.readouterr().out
+    assert "hf:uoft-cs/cifar100" in out and "cifar-100-python/train, test, meta" in out
 
 
 def test_synthetic_labeled_ids():

@@ -21,7 +21,7 @@ def env(monkeypatch, tmp_path):
     """No mirror, empty NLTK and `datasets` caches in tmp_path, downloads off, Debian's Fashion-MNIST absent."""
     import nltk
 
-    for k in ("ATTNLIP_DATA", "ATTNLIP_FASHION_MNIST", "ATTNLIP_CIFAR10"):
+    for k in ("ATTNLIP_DATA", "ATTNLIP_FASHION_MNIST", "ATTNLIP_CIFAR10", "ATTNLIP_CIFAR100"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
     monkeypatch.setenv("NLTK_DATA", str(tmp_path / "nltk"))
@@ -175,18 +175,19 @@ def test_mirror_wins(env, monkeypatch):
     assert resolve.source("ag_news") == "missing:ag_news"  # a mirror without it is skipped, not an error
 
 
-@pytest.mark.parametrize("name", ["alice", "sst2", "ag_news", "svhn", "fashion_mnist"])
+@pytest.mark.parametrize("name", ["alice", "sst2", "ag_news", "svhn", "fashion_mnist", "cifar100"])
 def test_nothing_available_offline(env, name):
     d = sources.get(name)
     assert resolve.source(name) == f"missing:{name}"
     with pytest.raises(DataNotFound) as e:
-        if name in ("svhn", "fashion_mnist"):
+        if name in ("svhn", "fashion_mnist", "cifar100"):
             load_images(name, split="test")
         else:
             text.load_corpus(name)
     msg = str(e.value)
     assert f"attnlip data fetch {name}" in msg and e.value.fix == f"attnlip data fetch {name}"
     assert all(f in msg for f in d.mirror) and "ATTNLIP_OFFLINE" in msg
+    assert (f"set {d.env} to a folder" in msg) == bool(d.env)  # fashion_mnist, cifar100: their own variable
     assert msg.count("is not available") == 1
 
 

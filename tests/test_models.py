@@ -266,7 +266,8 @@ def test_training_decreases_loss_and_cache_hits(tmp_path):
     assert not m1.cached and mt["steps"] == 24 and mt["step_time_mean_s"] > 0
     assert sum(curve[-4:]) / 4 < sum(curve[:4]) / 4 - 0.1, curve
     assert mt["test_acc"] > 0.5
-    assert store.calls[0] == ("classifier", ["harness.models.train", "harness.models.vit", "harness.models.regularizers"])
+    assert store.calls[0] == ("classifier", ["harness.models.train", "harness.models.vit", "harness.models.vit_import",
+                                           "harness.models.regularizers"])
     m2 = train_classifier(recipe, ctx, regularizer=R.JaSMin(0, 1e-3), data=data, store=store)
     assert m2.cached and m2.train_metrics == mt
     for a, b in zip(m1.state_dict().values(), m2.state_dict().values()):

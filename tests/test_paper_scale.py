@@ -13,12 +13,16 @@ from harness import cli, catalog
 from harness import run as runner
 from harness.catalog import Substitute
 from harness.run import substitutes
+from experiments.jasmin import common
 from tests._harness_fakes import registered_fakes
 
 PAPER_EXPS = {"lofast_certified", "lofast_text", "castin_sqrt_n", "castin_sqrt_n_block", "castin_sqrt_n_adversarial",
               "castin_gamma", "jasmin_sweep", "jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin_overhead",
               "jasmin_attention_maps", "bound_leaderboard", "lofast_ablation", "lofast_input_norm", "lofast_tightness",
-              "lofast_tightness_regime", "jasmin_g1_ratio", "jasmin_jsm_rows", "castin_magnitude"}
+              "lofast_tightness_regime", "jasmin_g1_ratio", "jasmin_jsm_rows", "castin_magnitude",
+              # formula checks whose paper states no sizes: their paper scale is their full grid
+              "castin_radius_edge", "castin_radius_large", "castin_radius_quadratic", "mass_splitting",
+              "jasmin_softmax", "jasmin_interlacing"}
 
 
 def _fake_cifar10(root, n=48):
@@ -40,9 +44,11 @@ def test_dry_run_plans_the_paper_scale_with_an_estimate(offline, capsys):
     assert heads == PAPER_EXPS  # with no names: exactly the experiments that declare the paper scale
     assert "expected at paper scale" in out
     # the paper scale never substitutes: the missing items are named with how to get them
-    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): bound_leaderboard, [a-z0-9_, ]*jasmin_sweep, "
+    assert re.search(r"CIFAR-10 unreachable \(offline: [A-Z_]+=1\): [a-z0-9_, ]*jasmin_sweep, "
                      r"[a-z0-9_, ]*lofast_certified, [a-z0-9_, ]*lofast_tightness_regime need it", out)
     assert "hf download bert-base-uncased" in out
+    # JaSMin's ViT-B: fine-tuned from the ImageNet checkpoint on CIFAR-100 (and CIFAR-10 for Tables 2 / 4)
+    assert "hf download google/vit-base-patch16-224" in out and "attnlip data fetch cifar100" in out
 
 
 def test_paper_grids_are_the_papers_sizes():
@@ -58,17 +64,32 @@ def test_paper_grids_are_the_papers_sizes():
         assert {(c["dataset"], c["train_size"], c.get("source", "vit")) for c in cells} == {("cifar10", 50000, "vit")}
     for name in ("jasmin_g1_ratio", "jasmin_jsm_rows"):
         cells = catalog.get_experiment(name).cells("paper")
-        assert {(c["model"], c["dataset"], c["vit_d"], len(c["layers"])) for c in cells} == {("vit", "cifar10", 768, 12)}
+        assert {(c["model"], c["dataset"], c["vit_d"], len(c["layers"])) for c in cells} == {("vit", "cifar100", 768, 12)}
+    for name in ("jasmin_jacobian_norm", "jasmin_heatmaps", "bound_leaderboard"):  # Figs. 4-6: CIFAR-100 alone
+        assert {c["dataset"] for c in catalog.get_experiment(name).cells("paper") if "vit_d" in c} == {"cifar100"}
     magnitude = catalog.get_experiment("castin_magnitude").cells("paper")
     assert {(c["model"], c["pretrained"]) for c in magnitude} == {("gpt2", True)}
     sweep = catalog.get_experiment("jasmin_sweep").cells("paper")
-    assert {(c["dataset"], c["patch"], c["vit_d"], c["vit_depth"]) for c in sweep} == {("cifar10", 4, 768, 12)}
+    # Tables 1 / 3 (CIFAR-100) and 2 / 4 (CIFAR-10): ViT-B fine-tuned from the ImageNet checkpoint with the paper's SGD
+    assert {(c["dataset"], c["patch"], c["vit_d"], c["vit_depth"]) for c in sweep} == {("cifar100", 4, 768, 12),
+                                                                                       ("cifar10", 4, 768, 12)}
+    assert {(c["vit_init"], c["optimizer"], c["batch"], c["weight_decay"]) for c in sweep} == \
+        {("google/vit-base-patch16-224", "sgd", 512, 1e-4)}
+    assert {common.vit_recipe(c)["epochs"] for c in sweep} == {40}  # 3,920 steps of 512 on 50,000 images
 
 
-def test_an_experiment_without_paper_sizes_refuses_the_scale(capsys):
-    assert cli.main(["castin_radius_edge", "--scale", "paper", "--dry-run"]) == 2
+def test_every_experiment_declares_the_paper_scale():
+    assert set(catalog.list_experiments()) == PAPER_EXPS
+    for name in ("castin_radius_edge", "jasmin_softmax", "mass_splitting"):  # no sizes stated: the full grid
+        exp = catalog.get_experiment(name)
+        assert exp.cells("paper") == exp.cells("full")
+
+
+def test_an_experiment_without_paper_sizes_refuses_the_scale(fakes, capsys):
+    assert catalog.get_experiment("_fake_squares").paper is None
+    assert cli.main(["_fake_squares", "--scale", "paper", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "castin_radius_edge" in err and "declares no paper scale" in err and "Traceback" not in err
+    assert "_fake_squares" in err and "declares no paper scale" in err and "Traceback" not in err
 
 
 def test_substitute_chosen_offline_with_one_line(offline, capsys):

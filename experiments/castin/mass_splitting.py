@@ -35,6 +35,10 @@ class MassSplitting(Experiment):
     paired = [("a", "b")]  # masses p = a / (a + b)
     quick = {"a": [1, 1, 1], "b": [1, 2, 4], "resolution": [81]}
     test = {"a": [1, 1], "b": [1, 2], "resolution": [9]}
+    # --scale paper: arXiv v1 Fig. 2 is a phase map of the two-mass configuration with no stated resolution; the
+    # full grid (161 x 161, masses 1/2 .. 4/5) is its setting here
+    paper = grid
+    paper_cost = 1
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per grid point (x1, x2), plus the worked example (-3, -0.3) as the last row."""

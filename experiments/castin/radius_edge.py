@@ -29,6 +29,10 @@ class CastinRadiusEdge(common.RadiusExperiment):
     grid = common.radius_grid(points=40, gr2_min=0.5, gr2_max=40.0)
     quick = [common.radius_grid(points=12, gr2_min=0.5, gr2_max=40.0)[0]]
     test = [common.radius_grid(points=6, gr2_min=0.5, gr2_max=40.0)[0]]
+    # --scale paper: Prop. 3.6 and Thm 3.5 are statements without a figure or sizes in the paper; the full grid is
+    # their check at this resolution, so the paper scale is the full grid
+    paper = grid
+    paper_cost = 1
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per gamma R^2."""

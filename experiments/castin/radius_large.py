@@ -46,6 +46,9 @@ class CastinRadiusLarge(common.RadiusExperiment):
     grid = [dict(g, masked=[False, True]) for g in common.radius_grid(points=40, n=16, count=8, settle=40.0)]
     quick = [dict(common.radius_grid(points=12, n=16, count=3, settle=40.0)[0], masked=[False, True])]
     test = [dict(common.radius_grid(points=6, n=6, count=2, settle=40.0)[0], masked=[False, True])]
+    # --scale paper: Thms 3.7 and 4.5 are limits without a figure or sizes in the paper; the full grid is their check
+    paper = grid
+    paper_cost = 1
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per (R, sequence)."""

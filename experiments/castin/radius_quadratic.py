@@ -27,6 +27,10 @@ class CastinRadiusQuadratic(common.RadiusExperiment):
     grid = common.radius_grid(points=40, n=16, r_min=0.1, r_max=30.0)
     quick = [common.radius_grid(points=12, n=16, r_min=0.1, r_max=30.0)[0]]
     test = [common.radius_grid(points=6, n=6, r_min=0.1, r_max=30.0)[0]]
+    # --scale paper: App. C.7's Fig. 3 states no n, dimension or radius range (its text we have drops the formulas);
+    # the full grid is the figure's setting here
+    paper = grid
+    paper_cost = 1
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """One row per radius."""

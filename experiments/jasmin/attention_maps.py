@@ -26,9 +26,10 @@ class JasminAttentionMaps(common.LayersExperiment):
     # the ViT on CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/jasmin/grids.py)
     grid, quick, test = grids.on_cifar10(common.maps_grids({"full_map_max_n": [64]}))
     substitutes = (grids.SUBSTITUTE,)
-    # --scale paper: the maps of every layer of jasmin_sweep's paper-scale baseline (ViT-B on CIFAR-10, patch 4:
-    # 65 tokens). The paper's Fig. 2 shows an ImageNet ViT-L, which is not trained or loaded here.
-    paper = [{"model": ["vit"], "count": [64], "layers": [list(range(12))], **common.VIT_PAPER, "full_map_max_n": [64]}]
+    # --scale paper: the maps of every layer of jasmin_sweep's paper-scale baseline (ViT-B fine-tuned from ImageNet
+    # on CIFAR-100, patch 4: 65 tokens). The paper's Fig. 2 shows ViT-L/16 on ImageNet images, which are not freely
+    # downloadable.
+    paper = [{"model": ["vit"], "count": [64], "layers": [list(range(12))], **common.VIT_PAPER_C100, "full_map_max_n": [64]}]
     paper_cost = 50  # x the full run's cell time (the model trained by jasmin_sweep): a ViT-B forward pass on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:

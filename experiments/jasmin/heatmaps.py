@@ -10,11 +10,11 @@ from typing import Any, Dict, List
 
 from experiments.jasmin import common
 from experiments.jasmin import grids
-from harness.catalog import Context, Experiment, experiment
+from harness.catalog import Context, experiment
 
 
 @experiment
-class JasminHeatmaps(Experiment):
+class JasminHeatmaps(common.LayersExperiment):
     """JaSMin Fig. 5: mean g_1(P_i) (and the penalty terms) per layer/head for every regularizer."""
 
     name = "jasmin_heatmaps"
@@ -22,8 +22,9 @@ class JasminHeatmaps(Experiment):
     # CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/jasmin/grids.py)
     grid, quick, test = grids.on_cifar10(common.sweep_grids({"n_heat": [64]}, {"n_heat": [64]}, {"n_heat": [8]}))
     substitutes = (grids.SUBSTITUTE,)
-    # --scale paper: the sweep's ViT-B models on CIFAR-10 (jasmin.common.VIT_PAPER), averaged over 1,000 test images
-    paper = common.sweep_paper({"n_heat": [1000]})
+    # --scale paper: the sweep's ViT-B models on CIFAR-100 as Fig. 5 (jasmin.common.VIT_PAPER_C100), averaged over
+    # 1,000 test images
+    paper = common.sweep_paper({"n_heat": [1000]}, cifar100_only=True)
     # x the full run's cell time (the models trained by jasmin_sweep): a ViT-B forward pass costs ~1,600x the
     # FLOPs of the d = 64 ViT's per image, 16x the images, on a GPU (~100x a 2-core CPU)
     paper_cost = 250

@@ -43,9 +43,10 @@ class JasminJsmRows(common.LayersExperiment):
     float32_exempt = ("ratio_mean", "ratio_min", "ratio_max")
     grid, quick, test = grids.on_cifar10(common.maps_grids({}))  # CIFAR-10, else Fashion-MNIST (jasmin/grids.py)
     substitutes = (grids.SUBSTITUTE,)
-    # --scale paper: the sweep's ViT-B on CIFAR-10 (common.VIT_PAPER, trained by jasmin_sweep), every layer; the
-    # paper's figure uses an ImageNet-pretrained ViT, which no offline checkpoint here provides
-    paper = [{"model": ["vit"], "count": [64], "layers": [list(range(12))], **common.VIT_PAPER}]
+    # --scale paper: the sweep's ViT-B fine-tuned from ImageNet on CIFAR-100 (common.VIT_PAPER_C100, trained by
+    # jasmin_sweep), every layer; the paper's figure uses ViT-L/16 on ImageNet images, which are not freely
+    # downloadable
+    paper = [{"model": ["vit"], "count": [64], "layers": [list(range(12))], **common.VIT_PAPER_C100}]
     paper_cost = 50  # x the full run's cell time: ViT-B forward passes and 197-token rows, on a GPU
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:

@@ -12,11 +12,11 @@ from typing import Any, Dict, List
 
 from experiments.jasmin import common
 from experiments.jasmin import grids
-from harness.catalog import Context, Experiment, experiment
+from harness.catalog import Context, experiment
 
 
 @experiment
-class JasminOverhead(Experiment):
+class JasminOverhead(common.LayersExperiment):
     """Training-step overhead of each regularizer of the JaSMin sweep."""
 
     name = "jasmin_overhead"
@@ -26,8 +26,8 @@ class JasminOverhead(Experiment):
     # CIFAR-10 at patch 8, else Fashion-MNIST at patch 7 (experiments/jasmin/grids.py)
     grid, quick, test = grids.on_cifar10(common.sweep_grids({"reps": [5]}, {"reps": [3]}, {"reps": [1]}))
     substitutes = (grids.SUBSTITUTE,)
-    # --scale paper: the regularizers' cost on the sweep's ViT-B models (jasmin.common.VIT_PAPER), batch 128
-    paper = common.sweep_paper({"reps": [5]})
+    # --scale paper: the regularizers' cost on the sweep's CIFAR-100 ViT-B models (jasmin.common.VIT_PAPER_C100)
+    paper = common.sweep_paper({"reps": [5]}, cifar100_only=True)
     paper_cost = 20  # x the full run's cell time: ~1,600x the FLOPs per step on a GPU (~100x a 2-core CPU)
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:

@@ -23,6 +23,9 @@ class JasminSoftmax(Experiment):
     grid = {"resolution": [201]}
     quick = {"resolution": [101]}
     test = {"resolution": [21]}
+    # --scale paper: Fig. 1 draws g_1 on the simplex with no stated resolution; the full grid is its setting here
+    paper = grid
+    paper_cost = 1
 
     def run(self, cell: Dict[str, Any], ctx: Context) -> List[Dict[str, Any]]:
         """g_1 on the grid x_(1), x_(2) in [0, 1] (domain x1 >= x2, x1 + x2 <= 1); exact ||J_sm|| for n = 3."""

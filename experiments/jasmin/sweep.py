@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 from experiments.jasmin import common
 from experiments.jasmin import grids
-from harness.catalog import Context, Experiment, experiment
+from harness.catalog import Context, experiment
 
 # full: clean / FGSM / PGD on 500 test images (1000 would cost 1,010 s of attacks against 586 s), AutoAttack the first 100
 GRIDS = common.sweep_grids({"n_eval": [500], "n_aa": [100], "pgd_steps": [10], "linf_255": [[2, 4, 8]], "l2": [[0.5]]},
@@ -24,7 +24,7 @@ GRIDS = common.sweep_grids({"n_eval": [500], "n_aa": [100], "pgd_steps": [10], "
 
 
 @experiment
-class JasminSweep(Experiment):
+class JasminSweep(common.LayersExperiment):
     """JaSMin Tables 1-4 on Fashion-MNIST ViTs (baseline, Specformer, JaSMin sweep): accuracy under attack."""
 
     name = "jasmin_sweep"
@@ -32,8 +32,8 @@ class JasminSweep(Experiment):
     float32_exempt = ("accuracy", "wall_s")  # attack outcomes flip on rounding near the decision boundary
     verify_tol = {"default": 1e-9, "wall_s": None}  # timings are not reproducible numbers
     grid, quick, test = grids.on_cifar10(GRIDS)  # CIFAR-10 at patch 8, else Fashion-MNIST (experiments/jasmin/grids.py)
-    # --scale paper: ViT-B on CIFAR-10 (jasmin.common.VIT_PAPER), attacked on 1,000 test images with the paper's
-    # 4 PGD steps and AutoAttack on 500
+    # --scale paper: ViT-B fine-tuned from ImageNet on CIFAR-100 and CIFAR-10 (jasmin.common.VIT_PAPER), attacked
+    # on 1,000 test images with the paper's 4 PGD steps and AutoAttack on 500
     paper = common.sweep_paper({"n_eval": [1000], "n_aa": [500], "pgd_steps": [4], "linf_255": [[2, 4, 8]], "l2": [[0.5]]})
     substitutes = (common.VIT_SUBSTITUTE,)
     paper_cost = 20  # x the full run's cell time: ViT-B (d 768, 12 layers) for 3.3x the steps, on a GPU

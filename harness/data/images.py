@@ -1,10 +1,12 @@
-"""Image datasets as float tensors in [0, 1]: Fashion-MNIST, CIFAR-10, SVHN (cropped digits), sklearn digits, and
-the one synthetic learnable set for tests and test-scale runs. Decoded arrays are cached in memory only.
+"""Image datasets as float tensors in [0, 1]: Fashion-MNIST, CIFAR-10, CIFAR-100 (100 fine classes), SVHN (cropped
+digits), sklearn digits, and the one synthetic learnable set for tests and test-scale runs. Decoded arrays are cached
+in memory only.
 
-Fashion-MNIST, CIFAR-10 and SVHN come from the source harness.data.resolve picks: an explicit `root`, the
-$ATTNLIP_DATA mirror, ATTNLIP_FASHION_MNIST / ATTNLIP_CIFAR10, Debian's dataset-fashion-mnist, or the Hugging Face
-hub through the `datasets` cache. Fashion-MNIST files are idx .gz; CIFAR-10 batches are python pickles, read by a
-restricted unpickler that admits only numpy arrays and plain data; hub copies are Arrow files of PNG images."""
+Fashion-MNIST, CIFAR-10, CIFAR-100 and SVHN come from the source harness.data.resolve picks: an explicit `root`, the
+$ATTNLIP_DATA mirror, ATTNLIP_FASHION_MNIST / ATTNLIP_CIFAR10 / ATTNLIP_CIFAR100, Debian's dataset-fashion-mnist, or
+the Hugging Face hub through the `datasets` cache. Fashion-MNIST files are idx .gz; CIFAR files are python pickles,
+read by a restricted unpickler that admits only numpy arrays and plain data; hub copies are Arrow files of PNG
+images."""
 from __future__ import annotations
 
 import functools
@@ -19,10 +21,23 @@ import torch
 
 from harness.data import hub, paths, resolve, sources
 
-DATASETS = ("fashion_mnist", "digits", "cifar10", "svhn", "synthetic")
+DATASETS = ("fashion_mnist", "digits", "cifar10", "cifar100", "svhn", "synthetic")
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                    "Ankle boot")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CIFAR100_CLASSES = tuple("""apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus
+butterfly camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur
+dolphin elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard lobster
+man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck pine_tree
+plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal shark shrew skunk skyscraper snail
+snake spider squirrel streetcar sunflower sweet_pepper table tank telephone television tiger tractor train trout tulip
+turtle wardrobe whale willow_tree wolf woman worm""".split())  # the fine labels 0..99, as in the files' meta
+# CIFAR pickle files: name -> (label, folder lookup, train files, test files, label key)
+CIFAR_FILES = {
+    "cifar10": ("CIFAR-10", paths.cifar10_dir, tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",),
+                b"labels"),
+    "cifar100": ("CIFAR-100", paths.cifar100_dir, ("train",), ("test",), b"fine_labels"),
+}
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -100,7 +115,7 @@ class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in self.ALLOWED:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR-10 batch (only arrays and "
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR batch (only arrays and "
                                      "plain data are allowed)")
 
 
@@ -109,28 +124,32 @@ def safe_pickle_load(fh):
     return _SafeUnpickler(fh, encoding="bytes").load()
 
 
-def _cifar10(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+def _cifar(name: str, root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    """CIFAR-10 or CIFAR-100 (fine labels): from `root`, else the source harness.data.resolve picks."""
+    folder = CIFAR_FILES[name][1]
     if root is not None:
-        return _cifar10_batches(str(paths.cifar10_dir(root)), split)
-    r = resolve.require("cifar10")
+        return _cifar_pickles(name, str(folder(root)), split)
+    r = resolve.require(name)
     if r.kind == "hf":
-        return _hub_images("cifar10", r.path, split)
-    return _cifar10_batches(str(paths.cifar10_dir(r.path)), split)
+        return _hub_images(name, r.path, split)
+    return _cifar_pickles(name, str(folder(r.path)), split)
 
 
 @functools.lru_cache(maxsize=None)
-def _cifar10_batches(folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
-    d = Path(folder)
-    names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+def _cifar_pickles(name: str, folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+    """The split's pickle files in `folder` (dicts with b"data" (N, 3072) uint8 and the label key) as uint8
+    (N, 3, 32, 32) and int64 labels, read by safe_pickle_load."""
+    d, (label, _, train, test, label_key) = Path(folder), CIFAR_FILES[name]
     xs, ys = [], []
-    for nm in names:
+    for nm in train if split == "train" else test:
         f = d / nm
         if not f.is_file():
-            raise paths.DataNotFound(f"missing CIFAR-10 batch {f} (python pickle format, cifar-10-batches-py)")
+            raise paths.DataNotFound(f"missing {label} file {f} (python pickle format, "
+                                     f"{paths.CIFAR_FOLDERS[name][0]})", fix=f"attnlip data fetch {name}")
         with open(f, "rb") as fh:
             batch = safe_pickle_load(fh)
         xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(batch[b"labels"], dtype=np.int64))
+        ys.append(np.asarray(batch[label_key], dtype=np.int64))
     return np.concatenate(xs), np.concatenate(ys), str(d)
 
 
@@ -149,7 +168,8 @@ def _synthetic(split: str, size: int, channels: int, n_classes: int, n: int) -> 
 def load_images(name: str = "fashion_mnist", root: Optional[str | os.PathLike] = None, split: str = "train",
                 limit: Optional[int] = None, size: int = 28, channels: int = 1, n_classes: int = 10,
                 n_synthetic: Optional[int] = None):
-    """(X (N, C, H, W) float32 in [0, 1], y (N,) long, info) for fashion_mnist | digits | cifar10 | svhn | synthetic.
+    """(X (N, C, H, W) float32 in [0, 1], y (N,) long, info) for fashion_mnist | digits | cifar10 | cifar100 | svhn |
+    synthetic (cifar100: the 100 fine labels).
 
     limit keeps the first `limit` examples (file order; digits/synthetic are already shuffled). size,
     channels, n_classes, n_synthetic only shape the synthetic set (default 1x28x28, 10 classes, 1000/200).
@@ -166,9 +186,9 @@ def load_images(name: str = "fashion_mnist", root: Optional[str | os.PathLike] =
     elif name == "digits":
         X, y, src = _digits(split)
         classes = tuple(str(i) for i in range(10))
-    elif name == "cifar10":
-        X, y, src = _cifar10(root_s, split)
-        classes = CIFAR10_CLASSES
+    elif name in CIFAR_FILES:
+        X, y, src = _cifar(name, root_s, split)
+        classes = CIFAR10_CLASSES if name == "cifar10" else CIFAR100_CLASSES
     elif name == "svhn":
         X, y, src = _hub_images("svhn", resolve.require("svhn").path, split)
         classes = tuple(str(i) for i in range(10))

@@ -17,6 +17,7 @@ DATA_ENV = "ATTNLIP_DATA"
 NLTK_ENV = "NLTK_DATA"
 FASHION_ENV = "ATTNLIP_FASHION_MNIST"
 CIFAR_ENV = "ATTNLIP_CIFAR10"
+CIFAR100_ENV = "ATTNLIP_CIFAR100"
 DEFAULT_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 # `make data` unpacks Debian's dataset-fashion-mnist here, without root
 LOCAL_FASHION_MNIST = REPO_ROOT / ".data" / "fashion-mnist" / "usr" / "share" / "datasets" / "fashion-mnist"
@@ -99,20 +100,40 @@ def fashion_mnist_dir(root: Optional[str | os.PathLike] = None) -> Path:
     return p
 
 
+# CIFAR folders in python pickle format: name -> (folder, variable, the file that marks it, what, the files needed)
+CIFAR_FOLDERS = {
+    "cifar10": ("cifar-10-batches-py", CIFAR_ENV, "test_batch", "CIFAR-10 batches", "data_batch_1..5 and test_batch"),
+    "cifar100": ("cifar-100-python", CIFAR100_ENV, "test", "CIFAR-100 files", "train and test"),
+}
+
+
+def _cifar_dir(name: str, root: Optional[str | os.PathLike]) -> Path:
+    """The folder of CIFAR_FOLDERS[name]: root (or root/<folder>), else $<variable> (or $<variable>/<folder>), else
+    <mirror>/<folder>; else DataNotFound naming the places looked at, the variable and `attnlip data fetch name`."""
+    folder, var, probe, what, need = CIFAR_FOLDERS[name]
+    env = os.environ.get(var)
+    if root is not None:
+        cands = [Path(root), Path(root) / folder]
+    elif env:
+        cands = [Path(env), Path(env) / folder]
+    else:
+        m = mirror_root()
+        cands = [m / folder] if m is not None else []
+    for c in cands:
+        if (c / probe).is_file():
+            return c
+    where = ", ".join(map(str, cands)) or f"nowhere (${DATA_ENV} and ${var} are unset)"
+    raise DataNotFound(f"{what} not found at {where} (need {need} in python pickle format): pass root=... or set "
+                       f"{var}", fix=f"attnlip data fetch {name}")
+
+
 def cifar10_dir(root: Optional[str | os.PathLike] = None) -> Path:
     """Folder cifar-10-batches-py (python pickle format): root (or root/cifar-10-batches-py), else $ATTNLIP_CIFAR10,
     else <mirror>/cifar-10-batches-py."""
-    env = os.environ.get(CIFAR_ENV)
-    if root is not None:
-        cands = [Path(root), Path(root) / "cifar-10-batches-py"]
-    elif env:
-        cands = [Path(env), Path(env) / "cifar-10-batches-py"]
-    else:
-        m = mirror_root()
-        cands = [m / "cifar-10-batches-py"] if m is not None else []
-    for c in cands:
-        if (c / "test_batch").is_file():
-            return c
-    where = ", ".join(map(str, cands)) or f"nowhere (${DATA_ENV} and ${CIFAR_ENV} are unset)"
-    raise DataNotFound(f"CIFAR-10 batches not found at {where} (need data_batch_1..5 and test_batch in python "
-                       f"pickle format): pass root=... or set {CIFAR_ENV}", fix="attnlip data fetch cifar10")
+    return _cifar_dir("cifar10", root)
+
+
+def cifar100_dir(root: Optional[str | os.PathLike] = None) -> Path:
+    """Folder cifar-100-python (train, test, meta; python pickle format): root (or root/cifar-100-python), else
+    $ATTNLIP_CIFAR100, else <mirror>/cifar-100-python."""
+    return _cifar_dir("cifar100", root)

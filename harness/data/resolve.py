@@ -10,9 +10,9 @@
     fetch(name) -> (ok, message) download into the library's own cache (NLTK's data folder, the `datasets` cache)
 
 Order: the mirror ($ATTNLIP_DATA) when set and holding the dataset's files; a folder named by the dataset's own
-variable (ATTNLIP_FASHION_MNIST, ATTNLIP_CIFAR10); NLTK's data path; Debian's package; the `datasets` cache; a
-download. Downloads are off when ATTNLIP_OFFLINE is set (NLTK and hub) or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE
-(hub).
+variable (ATTNLIP_FASHION_MNIST, ATTNLIP_CIFAR10, ATTNLIP_CIFAR100); NLTK's data path; Debian's package; the
+`datasets` cache; a download. Downloads are off when ATTNLIP_OFFLINE is set (NLTK and hub) or HF_HUB_OFFLINE /
+HF_DATASETS_OFFLINE (hub).
 """
 from __future__ import annotations
 
@@ -126,12 +126,14 @@ def source(name: str) -> str:
 
 
 def not_found(name: str, why: str) -> DataNotFound:
-    """The one error for an unavailable dataset: why, the download command, the sources and the mirror files."""
+    """The one error for an unavailable dataset: why, the download command, the sources, the dataset's own folder
+    variable (ATTNLIP_CIFAR100, ...) and the mirror files."""
     d = sources.get(name)
     mirror = (f"or set ATTNLIP_DATA to a mirror holding {', '.join(d.mirror)} (`attnlip data list` prints the "
               f"whole layout)") if d.mirror else "(no mirror layout: it comes from its source only)"
+    local = f"set {d.env} to a folder holding its files, " if d.env else ""
     return DataNotFound(f"dataset {name!r} is not available: {why}. Download it with `attnlip data fetch {name}` "
-                        f"(from {', '.join(d.sources)}) on a machine with network, {mirror}",
+                        f"(from {', '.join(d.sources)}) on a machine with network, {local}{mirror}",
                         fix=f"attnlip data fetch {name}")
 
 

@@ -19,7 +19,7 @@ from typing import Dict, Optional, Tuple
 @dataclass(frozen=True)
 class Hub:
     """A Hugging Face hub dataset: repository, config, the split names the loaders use (mirror name -> hub
-    name), the text and label columns, and the label offset that maps hub labels to the mirror's."""
+    name), the text columns, the image column and the label column (CIFAR-100's fine labels: "fine_label")."""
 
     repo: str
     config: Optional[str] = None
@@ -76,6 +76,9 @@ DATASETS: Dict[str, Dataset] = {d.name: d for d in (
             mirror=("fashion-mnist/t10k-images-idx3-ubyte.gz",), default=True),
     Dataset("cifar10", "CIFAR-10 32x32 RGB, 50,000 train + 10,000 test",
             hub=Hub("uoft-cs/cifar10", image="img"), env="ATTNLIP_CIFAR10", mirror=("cifar-10-batches-py/test_batch",)),
+    Dataset("cifar100", "CIFAR-100 32x32 RGB, 50,000 train + 10,000 test, 100 fine classes",
+            hub=Hub("uoft-cs/cifar100", image="img", label="fine_label"), env="ATTNLIP_CIFAR100",
+            mirror=("cifar-100-python/test",)),
     Dataset("svhn", "SVHN cropped digits 32x32 RGB, 73,257 train + 26,032 test",
             hub=Hub("ufldl-stanford/svhn", config="cropped_digits")),
 )}
@@ -91,7 +94,8 @@ $ATTNLIP_DATA/
   sst2/dev.tsv                                    header label<TAB>content
   ag_news/test.csv                                header label,title,description; labels 1-4
   fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
-  cifar-10-batches-py/data_batch_1..5, test_batch (python pickle format)"""
+  cifar-10-batches-py/data_batch_1..5, test_batch (python pickle format)
+  cifar-100-python/train, test, meta (python pickle format)"""
 
 
 def get(name: str) -> Dataset:

@@ -210,6 +210,14 @@ def reduced_heads(X: Tensor, w):
     return X.unsqueeze(-3) @ Q, wr  # (..., h, n, r)
 
 
+def gaussian_start(X: Tensor, seed: int) -> Tensor:
+    """The certified start for X-shaped problems (..., n, d): seeded Gaussian rows (B, n d) of unit norm, in X's
+    dtype and device, drawn before looking at the operator (the KW certificate's premise)."""
+    g = torch.Generator(device=X.device).manual_seed(seed)
+    x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, X.shape[-2:].numel())
+    return x0 / x0.norm(dim=-1, keepdim=True)
+
+
 def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
                    steps: int = CERTIFY_STEPS, fail_prob: float = REPORT_FAIL_PROB) -> PowerResult:
     """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a seeded Gaussian drawn
@@ -217,9 +225,7 @@ def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iter
     certified upper estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,)."""
     tol = truth_tol(X.dtype) if tol is None else tol
     batch, event = X.shape[:-2], X.shape[-2:]
-    g = torch.Generator(device=X.device).manual_seed(seed)
-    x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
-    x0 = x0 / x0.norm(dim=-1, keepdim=True)
+    x0 = gaussian_start(X, seed)
     op = CallableGram(matvec, rmatvec, batch, event, x0)
     r = lanczos(op, x0, iters=iters, tol=tol, krylov=max(30, steps + 2), min_steps=steps, fail_prob=fail_prob)
     return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape), r.products,

@@ -83,19 +83,12 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
         X, w = layer.reduced_heads(X, w)
     batch, event = X.shape[:-2], X.shape[-2:]
     steps, fail_prob = int(certify["steps"]), float(certify["fail_prob"])
-    g = torch.Generator(device=X.device).manual_seed(seed)  # kernels.layer.certified_norm's start, in float64
-    x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, event.numel())
-    x0 = x0 / x0.norm(dim=-1, keepdim=True)
-    X32 = X.to(torch.float32)
-    mv32, rmv32 = layer.layer_operator(X32, _as32(w), causal)
-    x32 = x0.to(torch.float32)
-    krylov = max(30, steps + 2)
-    r32 = lanczos(CallableGram(mv32, rmv32, batch, event, x32), x32, iters=iters, tol=max(tol, MIXED_TOL),
-                  krylov=krylov, min_steps=steps, fail_prob=fail_prob)
-    x1 = r32.vector.to(X.dtype)
-    mv, rmv = layer.layer_operator(X, w, causal)
-    r = lanczos(CallableGram(mv, rmv, batch, event, x1), x1, iters=iters, tol=tol, krylov=krylov, min_steps=1)
+    x0 = layer.gaussian_start(X, seed)  # kernels.layer.certified_norm's start, in float64
+    op = CallableGram(*layer.layer_operator(X, w, causal), batch, event, x0)
+    op32 = CallableGram(*layer.layer_operator(X.to(torch.float32), _as32(w), causal), batch, event,
+                        x0.to(torch.float32))
+    r, products32 = lanczos_mixed(op, op32, x0, fail_prob, iters=iters, tol=tol, krylov=max(30, steps + 2),
+                                  min_steps=steps)
     value = r.value.reshape(batch)
-    return PowerResult(value, r.converged.reshape(batch), r.vector.reshape(X.shape), r.products + r32.products,
-                       r.rel.reshape(batch), _padded(r32.upper.reshape(batch), value), fail_prob,
-                       steps=(r.steps + r32.steps.to(r.steps.device)).reshape(batch))
+    return PowerResult(value, r.converged.reshape(batch), r.vector.reshape(X.shape), r.products + products32,
+                       r.rel.reshape(batch), r.upper.reshape(batch), fail_prob, steps=r.steps.reshape(batch))

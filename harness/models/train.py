@@ -1,7 +1,7 @@
 """The harness's one training loop (`fit`) and one accuracy function, plus `train_classifier`: a ViT (or any
 model_fn) trained on an image set, optionally cached through a store the caller passes in.
 
-`fit` is Adam + cross-entropy of `logit_scale * logits` (+ an optional regularizer), a seeded batch order,
+`fit` is Adam (or SGD with momentum 0.9) + cross-entropy of `logit_scale * logits` (+ an optional regularizer), a seeded batch order,
 a constant or cosine learning-rate schedule. JaSMin's ViTs (train_classifier) and LoFAST's LipViT/LipText
 (harness.models.lofast_train) both train through it. Training runs in the model's dtype on the model's device;
 batches are moved there one at a time.
@@ -13,7 +13,8 @@ training with 1 thread (parallel sums split by thread count round differently, a
 one thread was not slower here (LipViT quick, 94 steps: 3.3 s vs 8.2 s with 2 threads on a shared machine).
 
 train_classifier recipe keys (defaults in DEFAULTS): dataset, data_root, train_limit, test_limit, arch ("vit"),
-model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias), epochs, batch_size, lr, schedule ("constant" |
+model (ViT kwargs: d, depth, heads, mlp_ratio, patch, qkv_bias; `pretrained`: a Hugging Face ViT checkpoint to start
+from, harness.models.vit_import), epochs, batch_size, lr, optimizer ("adam" | "sgd", see fit), schedule ("constant" |
 "cosine", see fit), weight_decay, seed, max_steps (None = all), device ("cpu" | "cuda"; training is float32).
 The regularizer's own recipe and a fingerprint of explicitly passed data join the key.
 
@@ -36,10 +37,11 @@ from torch import nn
 from harness.context import fixed_threads
 from harness.models import regularizers as _regularizers
 from harness.models import vit as _vit
+from harness.models import vit_import as _vit_import
 
 KIND = "classifier"
 DEFAULTS = {"dataset": "fashion_mnist", "data_root": None, "train_limit": None, "test_limit": None,
-            "arch": "vit", "model": {}, "epochs": 1, "batch_size": 128, "lr": 1e-3, "schedule": "constant",
+            "arch": "vit", "model": {}, "epochs": 1, "batch_size": 128, "lr": 1e-3, "optimizer": "adam", "schedule": "constant",
             "weight_decay": 0.0, "seed": 0, "max_steps": None, "device": "cpu"}
 
 Data = Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
@@ -79,9 +81,11 @@ def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int
 
 def fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int, lr: float, seed: int,
         weight_decay: float = 0.0, max_steps: Optional[int] = None, schedule: str = "constant",
-        logit_scale: float = 1.0, inputs: Inputs = None, regularizer=None, pbar=None) -> Dict[str, object]:
+        logit_scale: float = 1.0, inputs: Inputs = None, regularizer=None, pbar=None, optimizer: str = "adam"
+        ) -> Dict[str, object]:
     """Train `model` in place on (X, y); returns metrics (plain floats/ints/lists).
 
+    optimizer: "adam" or "sgd" (momentum 0.9, JaSMin's fine-tuning recipe); weight_decay is the optimizer's own.
     schedule: "constant" or "cosine" (lr * (1 + cos(pi t / T)) / 2 over the T steps). logit_scale: the
     temperature tau of LoFAST's loss (cross-entropy of tau * logits). inputs(model, batch): maps a data batch to
     the model's input. A regularizer with `needs_attn` gets the attention maps of forward(x, return_attn=True).
@@ -90,18 +94,23 @@ def fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batc
     with fixed_threads(TRAIN_THREADS):
         return _fit(model, X, y, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, weight_decay=weight_decay,
                     max_steps=max_steps, schedule=schedule, logit_scale=logit_scale, inputs=inputs,
-                    regularizer=regularizer, pbar=pbar)
+                    regularizer=regularizer, pbar=pbar, optimizer=optimizer)
 
 
 def _fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int, lr: float, seed: int,
          weight_decay: float, max_steps: Optional[int], schedule: str, logit_scale: float, inputs: Inputs,
-         regularizer, pbar) -> Dict[str, object]:
+         regularizer, pbar, optimizer) -> Dict[str, object]:
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
     if schedule not in ("constant", "cosine"):
         raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     total = math.ceil(len(X) / batch_size) * epochs
     if max_steps is not None:
         total = min(total, max_steps)
@@ -198,7 +207,17 @@ def build_model(c: dict, shape, n_classes: int) -> nn.Module:
     """The architecture named by recipe['arch'] for inputs of `shape` (C, H, W)."""
     if c["arch"] != "vit":
         raise ValueError(f"unknown arch {c['arch']!r}: train_classifier builds 'vit' (pass model_fn for others)")
-    return _vit.vit_for(tuple(shape), n_classes, **c["model"])
+    kw = dict(c["model"])
+    pretrained = kw.pop("pretrained", None)
+    if pretrained:  # a Hugging Face ViT checkpoint, mapped onto our ViT at the data's image and patch size
+        if shape[1] != shape[2]:
+            raise ValueError(f"square images expected, got {shape[1]}x{shape[2]}")
+        unknown = set(kw) - {"patch", "qkv_bias"}
+        if unknown:
+            raise ValueError(f"model keys {sorted(unknown)} come from the checkpoint {pretrained!r}: leave them out")
+        return _vit_import.vit_from_hf(pretrained, image_size=int(shape[1]), patch=int(kw.get("patch", 4)),
+                                       n_classes=n_classes, seed=c["seed"], qkv_bias=kw.get("qkv_bias"))
+    return _vit.vit_for(tuple(shape), n_classes, **kw)
 
 
 def train_classifier(recipe: dict, ctx=None, regularizer=None, data: Optional[Data] = None,
@@ -235,7 +254,7 @@ def train_classifier(recipe: dict, ctx=None, regularizer=None, data: Optional[Da
         (Xtr, ytr), (Xte, yte) = data
         metrics = fit(model, Xtr, ytr, epochs=c["epochs"], batch_size=c["batch_size"], lr=c["lr"], seed=c["seed"],
                       weight_decay=c["weight_decay"], max_steps=c["max_steps"], schedule=c["schedule"],
-                      regularizer=regularizer, pbar=pbar)
+                      regularizer=regularizer, pbar=pbar, optimizer=c["optimizer"])
         metrics.update(train_acc=accuracy(model, Xtr[:5000], ytr[:5000]), test_acc=accuracy(model, Xte, yte),
                        n_test=len(Xte))
         built.append(model)
@@ -245,7 +264,7 @@ def train_classifier(recipe: dict, ctx=None, regularizer=None, data: Optional[Da
         blob = build()
     else:
         root = root if root is not None else getattr(ctx, "artifacts", None)
-        blob = store(KIND, c, build, root=root, code=[sys.modules[__name__], _vit, _regularizers])
+        blob = store(KIND, c, build, root=root, code=[sys.modules[__name__], _vit, _vit_import, _regularizers])
     if built:
         model = built[0]
     else:

@@ -55,9 +55,9 @@ class MHSA(nn.Module):
 class Block(nn.Module):
     """Pre-LN transformer block: x + MHSA(LN1 x), then x + MLP(LN2 x)."""
 
-    def __init__(self, d: int, heads: int, mlp_ratio: float = 2.0, qkv_bias: bool = False):
+    def __init__(self, d: int, heads: int, mlp_ratio: float = 2.0, qkv_bias: bool = False, ln_eps: float = 1e-5):
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ln1, self.ln2 = nn.LayerNorm(d, eps=ln_eps), nn.LayerNorm(d, eps=ln_eps)
         self.attn = MHSA(d, heads, qkv_bias=qkv_bias)
         hidden = int(round(d * mlp_ratio))
         self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
@@ -76,29 +76,32 @@ class Block(nn.Module):
 
 class ViT(nn.Module):
     """Small pre-LN ViT. forward(x) -> logits (B, classes); forward(x, return_attn=True) ->
-    (logits, [P_l (B, h, n, n)], [X_l (B, n, d)]) with X_l the exact attention input of block l."""
+    (logits, [P_l (B, h, n, n)], [X_l (B, n, d)]) with X_l the exact attention input of block l.
+    ln_eps: every LayerNorm's eps (torch's 1e-5 by default; 1e-12 for Hugging Face ViTs, harness.models.vit_import)."""
 
     def __init__(self, image_size: int = 28, patch: int = 7, in_chans: int = 1, n_classes: int = 10, d: int = 64,
-                 depth: int = 4, heads: int = 4, mlp_ratio: float = 2.0, qkv_bias: bool = False):
+                 depth: int = 4, heads: int = 4, mlp_ratio: float = 2.0, qkv_bias: bool = False,
+                 ln_eps: float = 1e-5):
         super().__init__()
         if image_size % patch != 0:
             raise ValueError(f"image_size = {image_size} is not divisible by patch = {patch}")
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         self.config = dict(image_size=image_size, patch=patch, in_chans=in_chans, n_classes=n_classes, d=d,
-                           depth=depth, heads=heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias)
+                           depth=depth, heads=heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, ln_eps=ln_eps)
         self.patch = patch
         self.n_patches = (image_size // patch) ** 2
         self.n_tokens = self.n_patches + 1
         self.embed = nn.Linear(in_chans * patch * patch, d)
         self.cls = nn.Parameter(torch.zeros(1, 1, d))
         self.pos = nn.Parameter(torch.randn(1, self.n_tokens, d) * 0.02)
-        self.blocks = nn.ModuleList(Block(d, heads, mlp_ratio, qkv_bias) for _ in range(depth))
-        self.norm = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList(Block(d, heads, mlp_ratio, qkv_bias, ln_eps) for _ in range(depth))
+        self.norm = nn.LayerNorm(d, eps=ln_eps)
         self.head = nn.Linear(d, n_classes)
 
     @classmethod
     def from_config(cls, config: dict) -> "ViT":
+        """The ViT of a `config` dict (configs saved before ln_eps existed get the default 1e-5)."""
         return cls(**config)
 
     def patches(self, x: Tensor) -> Tensor:

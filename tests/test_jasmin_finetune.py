@@ -1,0 +1,55 @@
+"""JaSMin's paper recipe: ViT-B fine-tuned from an ImageNet checkpoint on CIFAR-100 / CIFAR-10 (jasmin.common's
+VIT_PAPER). At test size a tiny Hugging Face ViT saved in tmp stands for the checkpoint: the recipe builds our ViT
+from it (q/k/v biases removed, as the paper), trains it with SGD, and the checkpoint names the cells' weights; the
+paper-scale plan names the real checkpoint and CIFAR-100 with the commands that get them."""
+from __future__ import annotations
+
+import torch
+from safetensors.torch import load_file
+
+from experiments.jasmin import common
+from harness import cli
+from harness.models import train
+from harness.models import vit_import as VI
+from tests.test_vit_import import save_hf
+
+
+def _cell(folder, **over):
+    cell = {k: v[0] for k, v in common.VIT_PAPER.items()}
+    return dict(cell, vit_init=str(folder), patch=2, train_steps=2, batch=8, **over)
+
+
+def test_the_recipe_starts_from_the_checkpoint_without_qkv_biases(tmp_path):
+    save_hf(tmp_path, qkv_bias=True)
+    recipe = common.vit_recipe(_cell(tmp_path))
+    assert recipe["model"] == {"pretrained": str(tmp_path), "patch": 2, "qkv_bias": False}
+    assert (recipe["optimizer"], recipe["batch_size"], recipe["weight_decay"], recipe["lr"]) == ("sgd", 8, 1e-4, 0.01)
+    c = train.full_recipe(recipe)
+    model = train.build_model(c, (3, 8, 8), 7)
+    blk = model.blocks[0].attn
+    assert blk.bq is None and blk.bk is None and blk.bv is None and model.head.out_features == 7
+    q = load_file(str(tmp_path / "model.safetensors"))["encoder.layer.0.attention.attention.query.weight"]
+    assert torch.equal(blk.Wq.detach(), q.T.float())  # the checkpoint's weights, x -> x W
+    assert model.n_tokens == 17  # 8x8 images in 2x2 patches + cls, positions interpolated from 4x4
+
+
+def test_the_recipe_trains_with_sgd_and_keys_the_checkpoint(tmp_path):
+    save_hf(tmp_path, qkv_bias=True)
+    g = torch.Generator().manual_seed(0)
+    data = ((torch.rand(16, 3, 8, 8, generator=g), torch.randint(0, 5, (16,), generator=g)),
+            (torch.rand(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g)))
+    before = VI.vit_from_hf(str(tmp_path), image_size=8, patch=2, n_classes=5, qkv_bias=False)
+    model = train.train_classifier(common.vit_recipe(_cell(tmp_path)), data=data)
+    assert model.train_metrics["steps"] == 2 and torch.isfinite(torch.tensor(model.train_metrics["loss_last"]))
+    assert model.train_recipe["model"]["pretrained"] == str(tmp_path)  # in the artifact key
+    assert not torch.equal(model.blocks[0].attn.Wq, before.blocks[0].attn.Wq)  # SGD moved it
+    assert common.model_source(_cell(tmp_path)) == f"local:{tmp_path.resolve()}"
+    assert common.model_source({k: v[0] for k, v in common.VIT_FULL.items()}) is None  # trained from scratch
+
+
+def test_paper_plan_names_the_checkpoint_and_cifar100(offline, monkeypatch, capsys):
+    monkeypatch.delenv("ATTNLIP_CIFAR100", raising=False)
+    assert common.model_source(_cell(common.VIT_B_IMAGENET)) == f"unavailable:hub:{common.VIT_B_IMAGENET}"
+    assert cli.main(["jasmin_sweep", "--dry-run", "--scale", "paper", "--results-dir", str(offline / "r")]) == 0
+    out = capsys.readouterr().out
+    assert f"hf download {common.VIT_B_IMAGENET}" in out and "attnlip data fetch cifar100" in out
