@@ -4,6 +4,8 @@ from it (q/k/v biases removed, as the paper), trains it with SGD, and the checkp
 paper-scale plan names the real checkpoint and CIFAR-100 with the commands that get them."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from safetensors.torch import load_file
 
@@ -53,3 +55,24 @@ def test_paper_plan_names_the_checkpoint_and_cifar100(offline, monkeypatch, caps
     assert cli.main(["jasmin_sweep", "--dry-run", "--scale", "paper", "--results-dir", str(offline / "r")]) == 0
     out = capsys.readouterr().out
     assert f"hf download {common.VIT_B_IMAGENET}" in out and "attnlip data fetch cifar100" in out
+
+
+def test_paper_scale_sweep_reports_each_dataset_against_its_table(tmp_path):
+    """A paper-scale sweep table (both datasets, the fine-tuning recipe's columns): one summary section and one
+    accuracy figure per dataset, each against its own table of the paper (3 for CIFAR-100, 4 for CIFAR-10)."""
+    import pandas as pd
+
+    from harness import catalog
+    from harness.store.codehash import REPO_ROOT
+
+    quick = pd.read_parquet(REPO_ROOT / "results" / "quick" / "jasmin_sweep" / "table.parquet")
+    recipe = dict(vit_init=common.VIT_B_IMAGENET, batch=512, train_steps=3920, patch=4)
+    table = pd.concat([quick.assign(dataset=d, **recipe) for d in ("cifar100", "cifar10")], ignore_index=True)
+    exp = catalog.get_experiment("jasmin_sweep")
+    text = exp.summary(table)
+    assert text.index("**CIFAR-100**") < text.index("**CIFAR-10**")
+    assert "CIFAR-100 as in Tables 1 and 3" in text and "CIFAR-10 as in Tables 2 and 4" in text
+    assert "paper = ViT-B / CIFAR-100, Table 3" in text and "paper = ViT-B / CIFAR-10, Table 4" in text
+    assert f"ViT-B fine-tuned from {common.VIT_B_IMAGENET}" in text and "trained from scratch" not in text
+    paths = exp.figures(table, tmp_path)
+    assert {Path(p).stem for p in paths} >= {"jasmin_sweep_accuracy_cifar100", "jasmin_sweep_accuracy_cifar10"}

@@ -142,6 +142,25 @@ PAPER_SETTING = {
 }
 
 
+def within(curves: dict, rtol: float = 0.03) -> List[Tuple[str, str]]:
+    """The pairs (a, b) of labelled curves {label: values}, in order, that agree within rtol at every point (same
+    length): drawn on top of each other, so a figure names them."""
+    import numpy as np
+
+    items = [(k, np.asarray(v, dtype=float)) for k, v in curves.items()]
+    return [(a, b) for i, (a, va) in enumerate(items) for b, vb in items[i + 1:]
+            if len(va) == len(vb) and len(va) and np.allclose(va, vb, rtol=rtol)]
+
+
+# The paper's own models where they are not the pretrained weights of the declared substitutes
+PAPER_MODELS = {
+    "castin_sqrt_n": "pretrained BERT-base (as encoder and as decoder) and random-init GPT-2 (Fig. 1; pretrained "
+                     "GPT-2 in App. E.2)",
+    "castin_sqrt_n_adversarial": "pretrained BERT-base (as encoder and as decoder) and random-init GPT-2 (Fig. 1's "
+                                 "adversarial row; pretrained GPT-2 in App. E.2)",
+}
+
+
 def paper_note(table, lead: str = "") -> str:
     """'Paper data: CIFAR-10. Here: Fashion-MNIST (CIFAR-10 unreachable).' and 'Paper models: pretrained BERT-base
     and pretrained GPT-2. Here: pretrained BERT-base and random-init GPT-2 (pretrained weights unreachable).' for
@@ -169,8 +188,9 @@ def paper_note(table, lead: str = "") -> str:
             here.append(f"{' / '.join(absent)} not in this grid")
         scale = " (test-scale grid)" if "test" in _ran(table, "scale") else ""
         here = here or [model_name(m, False) for m in _random_stand_ins(table, models)] or ["none of them"]
-        out.append(f"Paper models: {' and '.join(f'pretrained {MODEL_NAMES.get(m, m)}' for m in models)}. "
-                   f"Here{scale}: {' and '.join(here)}.")
+        exp = str(table["experiment"].iloc[0]) if "experiment" in table and len(table) else ""
+        paper = PAPER_MODELS.get(exp) or " and ".join(f"pretrained {MODEL_NAMES.get(m, m)}" for m in models)
+        out.append(f"Paper models: {paper}. Here{scale}: {' and '.join(here)}.")
     return lead + " ".join(out) if out else ""
 
 

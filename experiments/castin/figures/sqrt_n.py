@@ -1,6 +1,8 @@
 """Figures and summaries of castin_sqrt_n (real data) and castin_sqrt_n_adversarial."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from harness import plotting
@@ -223,9 +225,18 @@ def sqrt_n_adversarial_figure(table, outdir):
         f, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
         plotting.slope_guide(ax, gb["n"], 0.5, (float(gb["n"].iloc[0]), float(gb["lipschitz_head"].iloc[0]) / 2),
                              label="n^0.5 (the paper's rate, reference)", linestyle="-.", color="#BBBBBB")
+        series = {"layer (black)": gb["lipschitz"].to_numpy(), "head alone (blue)": gb["lipschitz_head"].to_numpy(),
+                  "estimator (orange)": gb["paper_estimator"].to_numpy()}
+        ns, same = gb["n"].to_numpy(), []
+        for a, b in itertools.combinations(series, 2):  # name the pairs lying on each other from some n on
+            close = np.abs(series[a] / series[b] - 1) <= 0.05
+            tail = len(close) - int(np.argmin(close[::-1])) if not close.all() else 0  # first n of the agreeing tail
+            if len(close) - tail >= 3:
+                same.append((a, b, "" if tail == 0 else f" from n = {int(ns[tail])}"))
         plotting.caption(ax, panel_label(k[0], k[1], k[2], f"R = {g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)",
                                     g["pretrained"].iloc[0])
-                         + f"\nhead {best} (max gamma), slopes:\nlayer {f['slope']:.2f}, head alone {fh['slope']:.2f}")
+                         + f"\nhead {best} (max gamma), slopes:\nlayer {f['slope']:.2f}, head alone {fh['slope']:.2f}"
+                         + "".join(f"\n{a} lies on {b}{at} (within 5 %)" for a, b, at in same))
         loglog_n_axes(ax, "||Df(X)|| (log)")
 
     return facets(table, ["model", "layer", "masked", "radius_factor"], outdir, "castin_sqrt_n_adversarial", draw,

@@ -33,6 +33,7 @@ def _pairs(m, col):
 def attention_map_figures(table, outdir) -> List:
     """JaSMin Fig. 2: the attention row of the query of interest per layer/head, and full maps (MiniLM)."""
     import matplotlib.patches
+    from matplotlib.colors import PowerNorm
     import numpy as np
 
     from harness import plotting
@@ -90,16 +91,18 @@ def attention_map_figures(table, outdir) -> List:
                 s = fm[fm["layer"] == lay]
                 M = np.zeros((n, n))
                 M[s["query"].astype(int), s["key"].astype(int)] = s["attn"]
-                im = ax.imshow(M, cmap="viridis", vmin=0, vmax=1)
+                im = ax.imshow(M, cmap="viridis", norm=PowerNorm(0.5, vmin=0, vmax=1))  # weights ~1/n visible
                 ax.set_title(f"layer {lay}, head 0", loc="left")
                 ax.set_xlabel("key token j")
                 ax.set_ylabel("query token i")
                 ax.grid(False)
-            fig.colorbar(im, ax=axes, shrink=0.7, label="attention weight P[i, j]")
+            fig.colorbar(im, ax=axes, shrink=0.7, label="attention weight P[i, j] (square-root scale)")
             paths += plotting.finish(fig, outdir, f"attention_full_{name}", ref(table),
                                      f"{model_name(name)}: head 0's full attention map in each layer, one Alice "
                                      f"window (n = {n})",
-                                     note=setting_note(table, [name]))
+                                     note="Colour on a square-root scale, so that weights near the uniform 1/n "
+                                     f"= {1 / n:.3f} stay visible beside the sink column 0 ([CLS]) that takes "
+                                     "most of the weight in several layers. " + setting_note(table, [name]))
     return paths
 
 

@@ -25,6 +25,10 @@ def grid_values(table, col: str) -> str:
 def sweep_note(table) -> str:
     """The substitution (model, data, budget) and the method codes."""
     col = lambda c, d="?": table[c].iloc[0] if c in table.columns else d  # noqa: E731
+    if "vit_init" in table.columns and table["vit_init"].notna().any():  # the paper scale's fine-tuning
+        return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: ViT-B fine-tuned from {col('vit_init')} "
+                f"(patch {col('patch')}, q/k/v biases removed) for {col('train_steps')} SGD steps of batch "
+                f"{col('batch')} on {dataset_name(table)}, without flips, CutMix or MixUp. " + CODES)
     return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT (d = {col('vit_d')}, "
             f"{col('vit_depth')} layers, {col('vit_heads')} heads, patch {col('patch')}) trained from scratch for "
             f"{col('train_steps')} Adam steps on {dataset_name(table)} (no ViT-B checkpoint offline, CPU budget). "
@@ -69,7 +73,7 @@ def attack_label(col: str) -> str:
     return f"{name} l_inf {budget}" if budget.endswith("/255") else f"{name} {budget}"
 
 
-def accuracy_figure(table, acc, outdir) -> List:
+def accuracy_figure(table, acc, outdir, stem: str = "jasmin_sweep_accuracy") -> List:
     """Tables 1-4 analogue: mean accuracy (+- std over training seeds) per attack and budget, per method."""
     methods = method_order(table["method"])
     st = method_styles(methods)
@@ -92,9 +96,9 @@ def accuracy_figure(table, acc, outdir) -> List:
                   "image)")
     ax.set_ylabel("test accuracy (%)")
     seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
-    return plotting.finish(fig, outdir, "jasmin_sweep_accuracy", ref(table), "Accuracy under attack per training "
-                           f"regularizer (bars: mean, whiskers: std over up to {seeds} training seeds; pale "
-                           "dotted bars rest on one seed)",
+    return plotting.finish(fig, outdir, stem, ref(table), f"Accuracy under attack per training regularizer on "
+                           f"{dataset_name(table)} (bars: mean, whiskers: std over up to {seeds} training seeds; "
+                           "pale dotted bars rest on one seed)",
                            note=sweep_note(table) + images_note(table), ncol=4)
 
 
@@ -129,13 +133,19 @@ def heatmaps_figure(table, outdir) -> List:
     for col, stem, title, label in HEAT_QUANTITIES:
         if col not in h.columns:
             continue
-        vmax = float(h[col].max())
+        # the colour scale ends at the 95th percentile, so that one outlying cell does not flatten the rest; the
+        # cells above it carry their value
+        vals = h[col].dropna()
+        vmax = float(np.percentile(vals, 95)) if len(vals) else 1.0
+        vmax = vmax if vmax > 0 else float(vals.max()) if len(vals) and vals.max() > 0 else 1.0
         ims = []
 
         def draw(ax, k, sub, col=col, vmax=vmax, ims=ims):
             M = np.full((int(sub["layer"].max()) + 1, int(sub["head"].max()) + 1), np.nan)
             M[sub["layer"].astype(int), sub["head"].astype(int)] = sub[col]
             ims.append(ax.imshow(M, vmin=0, vmax=vmax, cmap="viridis"))
+            for i, j in zip(*np.nonzero(np.nan_to_num(M, nan=-np.inf) > vmax)):
+                ax.text(j, i, f"{M[i, j]:.3g}", ha="center", va="center", fontsize=7, color="black")
             ax.set_xticks(range(M.shape[1]))
             ax.set_yticks(range(M.shape[0]))
             ax.set_xlabel("head")
@@ -143,10 +153,14 @@ def heatmaps_figure(table, outdir) -> List:
             ax.set_title(k[0], loc="left", fontsize=8)
             ax.grid(False)
 
-        def colorbar(fig, axes, ims=ims, label=label):
-            fig.colorbar(ims[-1], ax=axes, shrink=0.8, label=label)
+        above = vals.max() > vmax if len(vals) else False
 
-        paths += facets(h, ["method"], outdir, stem, draw, title, note="Training seed 0 of each setting. "
+        def colorbar(fig, axes, ims=ims, label=label, above=above):
+            fig.colorbar(ims[-1], ax=axes, shrink=0.8, label=label, extend="max" if above else "neither")
+
+        clip = (f"Colour scale 0 to {vmax:.3g} (the 95th percentile of all cells); cells above it are labelled with "
+                "their value. ") if above else ""
+        paths += facets(h, ["method"], outdir, stem, draw, title, note="Training seed 0 of each setting. " + clip
                         + heatmap_note(h) + sweep_note(table),
                         after=colorbar, panel=(2.6, 2.4))
     return paths
@@ -194,8 +208,8 @@ def jacobian_norm_figure(table, outdir) -> List:
         labels.append(f"{m}\n({k} seed{'s' if k != 1 else ''} x {len(t) // max(k, 1)} images)")
         if seeds:  # each training seed's median, beside the pooled box
             med = t.groupby(seeds)["jacobian_norm"].median().to_numpy()
-            dots += ax.plot(np.full(len(med), i + 0.3), med, "D", color="black", ms=3.5, zorder=3,
-                            label="median of one training seed")
+            dots += ax.plot(i + 0.26 + 0.07 * np.arange(len(med)), med, "D", color="black", ms=3.5, zorder=3,
+                            label="median of one training seed")  # seeds side by side: close medians stay apart
     ax.set_xticks(range(len(methods)), labels, rotation=35, ha="right", fontsize=7)
     ax.set_xlabel("training regularizer")
     ax.set_yscale("log")
@@ -204,7 +218,8 @@ def jacobian_norm_figure(table, outdir) -> List:
         ax.legend(handles=dots[:1], loc="best", fontsize=7)
     return plotting.finish(fig, outdir, "jasmin_sweep_jacobian_norm", ref(table), "Whole-model Jacobian spectral "
                            "norm per training regularizer", note="Box: quartiles over the evaluation images of every "
-                           "training seed, pooled; whiskers 1.5 IQR, circles beyond; diamonds: each seed's median. "
+                           "training seed, pooled; whiskers 1.5 IQR, circles beyond; diamonds: each seed's median, "
+                           "seeds in order left to right. "
                            + sweep_note(table), legend=False)
 
 

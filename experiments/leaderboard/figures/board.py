@@ -24,7 +24,7 @@ def leaderboard_figures(table, outdir) -> List:
     from harness import plotting
 
     from experiments.leaderboard.figures import heads
-    from experiments.figures.common import model_name, models_note, paper_note, ref, setting_note
+    from experiments.figures.common import model_name, models_note, paper_note, ref, setting_note, within
 
     labels = _labels(table)
     methods = list(labels)
@@ -40,7 +40,9 @@ def leaderboard_figures(table, outdir) -> List:
             "whiskers = min and max, line = the median of the ratios as the summary gives it; inputs of every "
             "sequence length pooled (a two-length model can be bimodal); 0 = exact. Only the bounds defined at a scope are listed there "
             "(LoFAST naive is a layer bound). One x-range for every panel. Fig. 6: Kim/Specformer, Castin and JaSMin "
-            "per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's eps -> 0 limit added."
+            "per head on a JaSMin-trained ViT-B (CIFAR-100); LoFAST's eps -> 0 limit added ('sharpened, c=1/2': "
+            "exact ||M|| with the softmax constant 1/2 of JaSMin Cor. 1, the bound the LoFAST figures call "
+            "'softmax 1/2' and their tables 'sharp')."
             + " " + setting_note(table, models))
     if const:
         note += (" Constant attention: heads whose truth is the same for every input and whose Castin value implies "
@@ -103,8 +105,7 @@ def leaderboard_figures(table, outdir) -> List:
                             ls=("-", "--", ":", "-.")[i % 4], ms=max(3.0, 7.0 - 0.5 * i))
                     drawn.append((k, s))
             ns = sorted(set(t.loc[t["model"] == m, "n"].astype(int)))
-            same = [(a, b) for x, (a, sa) in enumerate(drawn) for b, sb in drawn[x + 1:]
-                    if len(sa) == len(sb) and np.allclose(sa.values, sb.values, rtol=0.03)]
+            same = within({k: sv.values for k, sv in drawn}, rtol=0.03)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("sequence length n (tokens)")

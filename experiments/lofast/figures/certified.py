@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.lofast.figures.plots import BOUND_LABELS, BOUND_STYLE, BOUNDS
+from experiments.lofast.figures.plots import BOUND_LABELS, BOUND_STYLE, BOUNDS, lying_on
 
 
 def config_label(t):
@@ -50,26 +50,29 @@ def plot_certified(table, outdir: Path, stem: str, xlabel: str, paper: str, ours
             + config_note(table))
 
     def draw_curves(ax, k, t):
+        curves = {}
         for b in (b for b in BOUNDS if (t.bound == b).any()):
             s = t[t.bound == b].sort_values("eps")
             ax.plot(s.eps, s.certified_acc, label=f"certified, {BOUND_LABELS[b]}",
                     **{"marker": ".", "markersize": 3, **BOUND_STYLE[b]})  # dots: the eps grid
+            curves[b] = s.certified_acc.to_numpy()
         s = t[t.bound == "fine"].sort_values("eps")
         ax.plot(s.eps, s.pgd_acc, label="PGD accuracy (empirical upper limit)", **BOUND_STYLE["pgd"])
         ax.axhline(float(s.clean_acc.iloc[0]), color="#000000", lw=0.7, ls="--", label="clean accuracy")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("accuracy (fraction of test points)")
         ax.set_ylim(0, 1)
-        plotting.caption(ax, _config_title(t))
+        plotting.caption(ax, _config_title(t) + lying_on(curves, BOUND_LABELS))
 
     def draw_radius(ax, k, t):
+        curves = {}
         for b in (b for b in BOUNDS if (t.bound == b).any()):
-            r = np.sort(t[t.bound == b].radius.to_numpy())
+            r = curves[b] = np.sort(t[t.bound == b].radius.to_numpy())
             ax.plot(r, 1 - np.arange(len(r)) / max(len(r), 1), label=f"certified, {BOUND_LABELS[b]}",
                     **BOUND_STYLE[b])
         ax.set_xlabel("certified l2 radius r")
         ax.set_ylabel("fraction of points with radius >= r")
-        plotting.caption(ax, _config_title(t))
+        plotting.caption(ax, _config_title(t) + lying_on(curves, BOUND_LABELS))
 
     paths = facets(curves, ["config"], outdir, f"{stem}_curves", draw_curves, "Certified and empirical "
                    "accuracy vs perturbation size", note=note, ncols=3)
@@ -103,7 +106,9 @@ def certified_summary(table, eps_ref: float) -> str:
                      + " / ".join(f"{med[b]:.3f}" for b in radii) + " | "
                      f"{f.eps.max() if len(f) else 0:.2f} | {t.m_over_xi_mean.iloc[0]:.3f} | "
                      f"{int(t[t.bound.isin(shown)].violations.sum())} |")
-    lines += ["", f"Certificates computed in {table.certificate_dtype.iloc[0]} whatever --dtype says (soundness); "
+    lines += ["", "Bound names (columns as in the figures' legends): " + "; ".join(
+                  f"{b} = {BOUND_LABELS[b]}" for b in shown) + ".",
+              "", f"Certificates computed in {table.certificate_dtype.iloc[0]} whatever --dtype says (soundness); "
               "clean margins and PGD in the run's dtype.", "", guarantee_line(curves)]
     if "refined" in radii:
         lines += ["", refined_gain_line(rad)]

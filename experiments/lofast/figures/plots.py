@@ -2,6 +2,7 @@
 summaries of lofast_input_norm and lofast_tightness (presentation: read result tables only)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,23 @@ BOUND_STYLE.update(pgd=dict(color="#555555", linestyle="-", marker="x"),
                    pgd_plain=dict(color="#AAAAAA", linestyle="-", marker="."))
 COLUMN = {**{b: f"bound_{b}" for b in BOUNDS}, "pgd": "pgd", "pgd_plain": "pgd_plain"}
 
+
+
+def lying_on(curves: dict, labels: dict, rtol: float = 0.02, skip=(), width: int = 52) -> str:
+    """A caption line naming the curves {key: values} drawn on top of each other: groups whose members are all within
+    rtol of one another at every point (same length), '' when none; `skip`: keys named elsewhere (on_pgd); wrapped
+    to `width` characters to fit a panel."""
+    from experiments.figures.common import within
+
+    keys = [k for k in curves if k not in skip]
+    close = set(within({k: curves[k] for k in keys}, rtol))
+    groups: list = []
+    for k in keys:  # greedy: each curve joins the first group it is close to every member of
+        g = next((g for g in groups if all((m, k) in close for m in g)), None)
+        groups.append([k]) if g is None else g.append(k)
+    same = [" = ".join(labels.get(k, k) for k in g) for g in groups if len(g) > 1]
+    text = f"drawn on each other (within {rtol:.0%}): " + "; ".join(same)
+    return "\n" + textwrap.fill(text, width=width) if same else ""
 
 
 def input_norm_ratios(table):
@@ -46,25 +64,30 @@ def plot_input_norm(table, outdir: Path):
 
     def draw_ratio(ax, k, t):
         t = t.sort_values("input_scale")
-        for v in (v for v in BOUNDS if f"ratio_{v}" in t):
+        drawn = [v for v in BOUNDS if f"ratio_{v}" in t]
+        for v in drawn:
             ax.plot(t.input_scale, t[f"ratio_{v}"], marker="o", label=BOUND_LABELS[v], **BOUND_STYLE[v])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.axhline(1.0, color="#555555", lw=0.7, label="ratio 1 (bound = PGD)")
         ax.set_xlabel("input scale s (rows of norm s)")
         ax.set_ylabel(f"bound / PGD at eps = {e:.3g}")
-        ax.set_title(SOURCES.get(k[0], k[0]), loc="left")
+        ax.set_title(SOURCES.get(k[0], k[0]) + lying_on({v: t[f"ratio_{v}"].to_numpy() for v in drawn},
+                                                        BOUND_LABELS), loc="left", fontsize=8)
 
     def draw_curves(ax, k, t):
+        curves, labels = {}, {}
         for v in (v for v in list(BOUNDS) + ["pgd_plain", "pgd"] if COLUMN[v] in t):  # older tables: no refined
             m = t.groupby("eps")[COLUMN[v]].mean()
             m = m[m > 0]  # log axis: eps = 0 has no change
-            ax.plot(m.index, m.values, label={"pgd": "PGD + Lemma 1 start", "pgd_plain": "PGD (random starts)"}
-                    .get(v) or BOUND_LABELS[v], **BOUND_STYLE[v])
+            labels[v] = {"pgd": "PGD + Lemma 1 start", "pgd_plain": "PGD (random starts)"}.get(v) or BOUND_LABELS[v]
+            ax.plot(m.index, m.values, label=labels[v], **BOUND_STYLE[v])
+            curves[v] = m.to_numpy()
         ax.set_yscale("log")
         ax.set_xlabel("perturbation size eps (Frobenius norm)")
         ax.set_ylabel("||F(X') - F(X)||_F (mean)")
-        ax.set_title(f"{SOURCES.get(k[0], k[0])}, input scale s = {k[1]:g}", loc="left")
+        ax.set_title(f"{SOURCES.get(k[0], k[0])}, input scale s = {k[1]:g}" + lying_on(curves, labels), loc="left",
+                     fontsize=8)
 
     every = table.sort_values(["source", "input_scale"])  # one row of panels per source, one panel per scale
     return (facets(r[np.isclose(r.eps, e)].sort_values("source"), ["source"], outdir, "lofast_input_norm_ratio",
@@ -120,8 +143,11 @@ def plot_quantities(table, outdir: Path, stem: str):
                 curves[v] = s
         ax.set_xlabel("perturbation size eps (Frobenius norm)")
         ax.set_ylabel(f"{q} (mean over samples)")
-        plotting.caption(ax, f"{readable(t.model.iloc[0]) if 'model' in t else src}\n{names.get(q, q)}"
-                         + on_pgd(curves, q))
+        on = on_pgd(curves, q)
+        named = {v for v in curves if TIGHTNESS_LABELS.get((q, v), v) in on}
+        plotting.caption(ax, f"{readable(t.model.iloc[0]) if 'model' in t else src}\n{names.get(q, q)}" + on
+                         + lying_on({v: c.to_numpy() for v, c in curves.items()},
+                                    {v: TIGHTNESS_LABELS.get((q, v), v) for v in curves}, skip=named | {"pgd"}))
 
     t = table.assign(qo=table.quantity.map({"delta21": 0, "delta22": 1, "delta": 2})).sort_values(["source", "qo"])
     return facets(t, ["source", "quantity"], outdir, stem, draw, "Theorem 1's terms: upper bounds vs PGD lower "
