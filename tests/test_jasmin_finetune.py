@@ -46,6 +46,9 @@ def test_the_recipe_trains_with_sgd_and_keys_the_checkpoint(tmp_path):
     assert model.train_recipe["model"]["pretrained"] == str(tmp_path)  # in the artifact key
     assert not torch.equal(model.blocks[0].attn.Wq, before.blocks[0].attn.Wq)  # SGD moved it
     assert common.model_source(_cell(tmp_path)) == f"local:{tmp_path.resolve()}"
+    from harness.run import fetch  # a local checkpoint is nothing to download
+    assert fetch._model_needs(common.model_source(_cell(tmp_path)), _cell(tmp_path)) == []
+    assert fetch._model_needs(f"unavailable:hub:{common.VIT_B_IMAGENET}", {}) == [(common.VIT_B_IMAGENET, "weights")]
     assert common.model_source({k: v[0] for k, v in common.VIT_FULL.items()}) is None  # trained from scratch
 
 

