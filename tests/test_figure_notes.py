@@ -113,3 +113,17 @@ def test_sections_carry_a_verdict_computed_from_the_committed_table(name):
     catalog.load_all()
     text = catalog.get_experiment(name).summary(pd.read_parquet(folder / "table.parquet"))
     assert "Verdict" in text and "**" in text.split("Verdict", 1)[1], text[-500:]
+
+
+def test_curves_on_each_other_are_named():
+    """lying_on groups curves that are all within rtol of one another and still names a close pair the grouping
+    splits (a ~ b, a ~ c, b !~ c); curves apart by more than rtol anywhere are not named."""
+    import numpy as np
+
+    from experiments.lofast.figures.plots import lying_on
+
+    one = np.ones(3)
+    text = lying_on({"a": one, "b": 1.015 * one, "c": 0.985 * one, "d": np.array([1.0, 1.0, 1.2])},
+                    {"a": "A", "b": "B", "c": "C", "d": "D"})
+    assert text == "\ndrawn on each other (within 2%): A = B; A = C"
+    assert lying_on({"a": one, "d": np.array([1.0, 1.0, 1.2])}, {}) == ""

@@ -69,13 +69,28 @@ def test_paper_scale_sweep_reports_each_dataset_against_its_table(tmp_path):
     from harness.store.codehash import REPO_ROOT
 
     quick = pd.read_parquet(REPO_ROOT / "results" / "quick" / "jasmin_sweep" / "table.parquet")
-    recipe = dict(vit_init=common.VIT_B_IMAGENET, batch=512, train_steps=3920, patch=4)
+    recipe = {k: v[0] for k, v in common.VIT_PAPER.items() if k != "dataset"}
     table = pd.concat([quick.assign(dataset=d, **recipe) for d in ("cifar100", "cifar10")], ignore_index=True)
     exp = catalog.get_experiment("jasmin_sweep")
     text = exp.summary(table)
     assert text.index("**CIFAR-100**") < text.index("**CIFAR-10**")
     assert "CIFAR-100 as in Tables 1 and 3" in text and "CIFAR-10 as in Tables 2 and 4" in text
     assert "paper = ViT-B / CIFAR-100, Table 3" in text and "paper = ViT-B / CIFAR-10, Table 4" in text
-    assert f"ViT-B fine-tuned from {common.VIT_B_IMAGENET}" in text and "trained from scratch" not in text
+    assert f"fine-tuned from {common.VIT_B_IMAGENET}" in text and "trained from scratch" not in text
+    assert "3920 SGD steps of batch 512 (learning rate 0.01;" in text  # read from the table: the recipe that ran
     paths = exp.figures(table, tmp_path)
     assert {Path(p).stem for p in paths} >= {"jasmin_sweep_accuracy_cifar100", "jasmin_sweep_accuracy_cifar10"}
+
+
+def test_paper_inventory_offers_no_stand_in(offline, monkeypatch):
+    """`attnlip data list` at the paper scale: the ViT-B checkpoint and the CIFAR data are missing with no stand-in
+    (that scale never substitutes), so the cells reading them cannot run."""
+    from harness.run import fetch
+
+    monkeypatch.delenv("ATTNLIP_CIFAR100", raising=False)
+    rows = {n: (s, why) for _, n, s, why in fetch.inventory(["jasmin_sweep"], ["paper"])}
+    for item in (common.VIT_B_IMAGENET, "cifar100", "cifar10"):
+        state, why = rows[item]
+        assert state == fetch.MISSING and "stand-in" not in why, (item, why)
+    quick = {n: why for _, n, s, why in fetch.inventory(["jasmin_sweep"], ["quick"])}
+    assert "stand-in" in quick["cifar10"]  # the quick scale does substitute Fashion-MNIST

@@ -62,7 +62,8 @@ def _needs(patterns: List[str], scales: List[str]) -> Tuple[List[str], Dict[str,
         exp = catalog.get_experiment(n)
         for scale in scales:
             for cell in exp.cells(scale):
-                subs = [s for s in exp.substitutes or () if subst._applies(s, cell)]
+                paper = scale == "paper"  # the paper scale never substitutes: nothing there has a stand-in
+                subs = [] if paper else [s for s in exp.substitutes or () if subst._applies(s, cell)]
                 cell_data = [d for d in exp.data_names(cell) if d in sources.DATASETS]
                 cell_models = _model_needs(exp.model_source(cell), cell)
                 for s in subs:
@@ -73,7 +74,8 @@ def _needs(patterns: List[str], scales: List[str]) -> Tuple[List[str], Dict[str,
                             cell_data.append(s.use)
                     else:
                         standin.update({repo: label for repo, what in cell_models if what == "weights"})
-                auto = cell.get("pretrained", "auto") == "auto"  # the loader falls back to random init itself
+                # a text model's loader falls back to random init itself; a ViT checkpoint (vit_init) has no fallback
+                auto = not paper and not cell.get("vit_init") and cell.get("pretrained", "auto") == "auto"
                 for repo, what in cell_models:
                     if auto and what == "weights":
                         standin.setdefault(repo, f"random-init {repo}")

@@ -212,7 +212,7 @@ def sqrt_n_adversarial_figure(table, outdir):
         for _, gh in g.groupby("head"):
             ax.loglog(gh["n"], gh["lipschitz"], color=plotting.color("lipschitz"), alpha=0.25, lw=0.7,
                       label="||Df(X)|| at each head's input (thin)")
-        gb = g[g["head"] == best]
+        gb = g[g["head"] == best].sort_values("n")
         plotting.loglog(ax, gb["n"], gb["lipschitz"], "||Df(X)||, input of the head with max gamma",
                         key="lipschitz", markersize=2)
         plotting.loglog(ax, gb["n"], gb["lipschitz_head"], "||Df_l(X)||, that head alone", key="ours",

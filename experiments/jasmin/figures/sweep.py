@@ -26,9 +26,10 @@ def sweep_note(table) -> str:
     """The substitution (model, data, budget) and the method codes."""
     col = lambda c, d="?": table[c].iloc[0] if c in table.columns else d  # noqa: E731
     if "vit_init" in table.columns and table["vit_init"].notna().any():  # the paper scale's fine-tuning
-        return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: ViT-B fine-tuned from {col('vit_init')} "
-                f"(patch {col('patch')}, q/k/v biases removed) for {col('train_steps')} SGD steps of batch "
-                f"{col('batch')} on {dataset_name(table)}, without flips, CutMix or MixUp. " + CODES)
+        return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT fine-tuned from {col('vit_init')} "
+                f"(patch {col('patch')}, q/k/v biases removed) for {col('train_steps')} "
+                f"{str(col('optimizer')).upper()} steps of batch {col('batch')} (learning rate {col('lr')}) on "
+                f"{dataset_name(table)}, without flips, CutMix or MixUp. " + CODES)
     return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT (d = {col('vit_d')}, "
             f"{col('vit_depth')} layers, {col('vit_heads')} heads, patch {col('patch')}) trained from scratch for "
             f"{col('train_steps')} Adam steps on {dataset_name(table)} (no ViT-B checkpoint offline, CPU budget). "

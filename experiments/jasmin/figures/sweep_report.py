@@ -153,11 +153,13 @@ def _recipe(table) -> str:
     """How the rows' ViT was trained, against the paper's ImageNet-pretrained ViT-B fine-tuned 40 epochs."""
     init = [str(v) for v in table["vit_init"].dropna().unique()] if "vit_init" in table.columns else []
     if init:
-        return (f"ViT-B fine-tuned from {' / '.join(init)} (patch {grid_values(table, 'patch')}: the 16 x 16 patch "
-                f"embedding resampled, positions interpolated, q/k/v biases removed as the paper) for "
-                f"{grid_values(table, 'train_steps')} SGD steps of batch {grid_values(table, 'batch')} (40 epochs; "
-                "learning rate 0.01, which the paper does not state) without the paper's horizontal flips, CutMix "
-                "and MixUp; ")
+        lr = "/".join(f"{v:g}" for v in sorted(set(table["lr"].dropna()))) if "lr" in table.columns else "?"
+        opt = "/".join(sorted(set(table["optimizer"].dropna()))) if "optimizer" in table.columns else "?"
+        return (f"a ViT fine-tuned from {' / '.join(init)} (patch {grid_values(table, 'patch')}: the checkpoint's "
+                f"patch embedding resampled, positions interpolated, q/k/v biases removed as the paper) for "
+                f"{grid_values(table, 'train_steps')} {opt.upper()} steps of batch {grid_values(table, 'batch')} "
+                f"(learning rate {lr}; the paper states none) without the paper's horizontal flips, CutMix and "
+                "MixUp; ")
     return (f"a {grid_values(table, 'vit_depth')}-layer, {grid_values(table, 'vit_heads')}-head, "
             f"d={grid_values(table, 'vit_d')} ViT (patch {grid_values(table, 'patch')}) trained from scratch "
             f"on CPU for {grid_values(table, 'train_steps')} Adam steps of batch 128 instead of an "

@@ -36,6 +36,9 @@ def lying_on(curves: dict, labels: dict, rtol: float = 0.02, skip=(), width: int
         g = next((g for g in groups if all((m, k) in close for m in g)), None)
         groups.append([k]) if g is None else g.append(k)
     same = [" = ".join(labels.get(k, k) for k in g) for g in groups if len(g) > 1]
+    grouped = {(a, b) for g in groups for i, a in enumerate(g) for b in g[i + 1:]}
+    same += [f"{labels.get(a, a)} = {labels.get(b, b)}" for a, b in sorted(close - grouped, key=str)
+             if not any(a in g and b in g for g in groups)]  # close pairs the grouping split
     text = f"drawn on each other (within {rtol:.0%}): " + "; ".join(same)
     return "\n" + textwrap.fill(text, width=width) if same else ""
 
