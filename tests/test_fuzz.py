@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings, strategies as st  # noqa: E402
 
 from tests.test_analyze_validation import TEXT, folders  # noqa: E402,F401 - the tiny saved model folders
 
@@ -145,6 +145,10 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
 @FUZZ
 @given(field=st.sampled_from(["rows", "cell", "key", "format", "experiment", "meta", "seed", "row0", "value"]),
        value=JSON, fix_checksum=st.booleans(), raw=st.one_of(st.none(), st.binary(max_size=64)))
+@example(field="meta", value=None, fix_checksum=True, raw=None)
+@example(field="meta", value={"status": "x", "n_rows": [1]}, fix_checksum=True, raw=None)
+@example(field="meta", value={"wall_s": {"a": [1, {"b": float("nan")}]}}, fix_checksum=True, raw=None)
+@example(field="meta", value={"wall_s": float("nan"), "peak_rss_mb": "1", "threads": True}, fix_checksum=True, raw=None)
 def test_crafted_cell_files(fake, tmp_path_factory, field, value, fix_checksum, raw):
     """A cell file edited in any field (with or without a valid checksum) or replaced by arbitrary bytes: the next
     run names it, recomputes it and writes the same table as before, byte for byte."""
@@ -175,7 +179,7 @@ def test_crafted_cell_files(fake, tmp_path_factory, field, value, fix_checksum, 
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         (r,) = runner.run(["_fake_squares"], cfg, echo=print)
     assert "Traceback" not in buf.getvalue()
-    assert r.ok, (field, value, buf.getvalue())
+    assert r.ok, (field, value, buf.getvalue(), r.figure_error)
     forged = raw is None and fix_checksum and field == "value" and isinstance(value, (int, float)) and \
         not isinstance(value, bool) and value == value
     if not forged:  # a plausible number under a valid checksum is a forgery no check can tell from a result

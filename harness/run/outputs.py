@@ -236,8 +236,8 @@ def _cell_entries(p, store: CellCache, statuses: Optional[Statuses]) -> List[Dic
                  "data_source": t.data_source, "data_used": t.used}
         rec = _record(store, t, statuses)
         if rec is not None:
-            entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"),
-                         **rec.get("meta", {}))
+            entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"))
+            entry.update({k: v for k, v in rec.get("meta", {}).items() if k not in entry})
         else:
             st = (statuses or {}).get(t.key)
             entry.update(status=st.status if st else "missing", error=st.error if st else None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
@@ -104,7 +105,33 @@ def load_cell(path: Union[str, Path], key: Optional[str] = None) -> CellRecord:
         raise CorruptCell(f"{path}: holds key {rec.get('key')!r}, expected {key!r}")
     if not isinstance(rec.get("rows"), list):
         raise CorruptCell(f"{path}: no rows list")
+    why = meta_problem(rec.get("meta", {}))
+    if why:
+        raise CorruptCell(f"{path}: {why}")
     return rec
+
+
+# What the worker records of each computed cell (harness.run.worker), and the type each value must have: manifests
+# sum the times and take the largest memory, so a crafted string or NaN there would break or poison them.
+_META_TYPES = {"wall_s": float, "peak_rss_mb": float, "threads": int, "pid": int, "computed_at": str}
+
+
+def meta_problem(meta: Any) -> Optional[str]:
+    """Why `meta` is not worker metadata, or None: a dict of plain JSON values whose known fields have their type
+    (times and memory finite non-negative numbers, thread count and pid integers, the timestamp a string)."""
+    if not isinstance(meta, dict) or not _plain(meta):
+        return f"its worker metadata is a {type(meta).__name__}, not a dict of plain values"
+    for k, want in _META_TYPES.items():
+        v = meta.get(k)
+        if v is None:
+            continue
+        if want is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        else:
+            ok = isinstance(v, want) and not isinstance(v, bool)
+        if not ok:
+            return f"its worker metadata {k!r} is {v!r}, not a {'finite non-negative number' if want is float else want.__name__}"
+    return None
 
 
 def _plain(v: Any) -> bool:
