@@ -17,14 +17,16 @@ from tests.test_vit_import import save_hf
 
 
 def _cell(folder, **over):
-    cell = {k: v[0] for k, v in common.VIT_PAPER.items()}
-    return dict(cell, vit_init=str(folder), patch=2, train_steps=2, batch=8, **over)
+    cell = {k: v[0] for k, v in common.VIT_PAPER.items()}  # at the tiny checkpoint's size (tests.test_vit_import)
+    return {**cell, **dict(vit_init=str(folder), patch=2, train_steps=2, batch=8, vit_d=32, vit_depth=2,
+                            vit_heads=4), **over}
 
 
 def test_the_recipe_starts_from_the_checkpoint_without_qkv_biases(tmp_path):
     save_hf(tmp_path, qkv_bias=True)
     recipe = common.vit_recipe(_cell(tmp_path))
-    assert recipe["model"] == {"pretrained": str(tmp_path), "patch": 2, "qkv_bias": False}
+    assert recipe["model"] == {"pretrained": str(tmp_path), "patch": 2, "qkv_bias": False, "d": 32, "depth": 2,
+                               "heads": 4}
     assert (recipe["optimizer"], recipe["batch_size"], recipe["weight_decay"], recipe["lr"]) == ("sgd", 8, 1e-4, 0.01)
     c = train.full_recipe(recipe)
     model = train.build_model(c, (3, 8, 8), 7)
@@ -45,7 +47,7 @@ def test_the_recipe_trains_with_sgd_and_keys_the_checkpoint(tmp_path):
     assert model.train_metrics["steps"] == 2 and torch.isfinite(torch.tensor(model.train_metrics["loss_last"]))
     assert model.train_recipe["model"]["pretrained"] == str(tmp_path)  # in the artifact key
     assert not torch.equal(model.blocks[0].attn.Wq, before.blocks[0].attn.Wq)  # SGD moved it
-    assert common.model_source(_cell(tmp_path)) == f"local:{tmp_path.resolve()}"
+    assert common.model_source(_cell(tmp_path)).startswith(f"local:{tmp_path.resolve()}@")
     from harness.run import fetch  # a local checkpoint is nothing to download
     assert fetch._model_needs(common.model_source(_cell(tmp_path)), _cell(tmp_path)) == []
     assert fetch._model_needs(f"unavailable:hub:{common.VIT_B_IMAGENET}", {}) == [(common.VIT_B_IMAGENET, "weights")]
@@ -94,3 +96,32 @@ def test_paper_inventory_offers_no_stand_in(offline, monkeypatch):
         assert state == fetch.MISSING and "stand-in" not in why, (item, why)
     quick = {n: why for _, n, s, why in fetch.inventory(["jasmin_sweep"], ["quick"])}
     assert "stand-in" in quick["cifar10"]  # the quick scale does substitute Fashion-MNIST
+
+
+def test_the_recipe_must_fit_the_checkpoint(tmp_path):
+    """A cell whose width / depth / heads or image channels disagree with the checkpoint fails before training,
+    naming both; a missing folder is a clear DataNotFound."""
+    import pytest
+
+    from harness.errors import DataNotFound
+
+    save_hf(tmp_path)
+    c = train.full_recipe(common.vit_recipe(_cell(tmp_path, vit_d=768)))
+    with pytest.raises(ValueError, match=r"d 768 \(checkpoint: 32\)"):
+        train.build_model(c, (3, 8, 8), 5)
+    with pytest.raises(ValueError, match=r"1-channel images \(checkpoint: 3 channels\)"):
+        train.build_model(train.full_recipe(common.vit_recipe(_cell(tmp_path))), (1, 8, 8), 5)
+    missing = tmp_path / "nowhere"
+    assert common.model_source(_cell(missing)) == f"unavailable:local:{missing}"
+    with pytest.raises(DataNotFound, match="no ViT checkpoint folder"):
+        train.build_model(train.full_recipe(common.vit_recipe(_cell(missing))), (3, 8, 8), 5)
+
+
+def test_the_fine_tuned_model_is_keyed_by_the_checkpoint_content(tmp_path):
+    """Other weights in the same folder: another model_source and another artifact key (no stale fine-tuned model)."""
+    save_hf(tmp_path, seed=0)
+    first = common.model_source(_cell(tmp_path))
+    key1 = train.full_recipe(common.vit_recipe(_cell(tmp_path)))["model"]["weights"]
+    save_hf(tmp_path, seed=1)
+    assert common.model_source(_cell(tmp_path)) != first
+    assert train.full_recipe(common.vit_recipe(_cell(tmp_path)))["model"]["weights"] != key1 == first

@@ -264,3 +264,27 @@ def test_old_vit_configs_still_build():
     x = torch.rand(2, 1, 8, 8)
     assert torch.equal(again(x), m(x))
     assert ViT(**old, ln_eps=1e-6).blocks[0].ln2.eps == 1e-6
+
+
+def test_the_processors_normalisation_is_folded_into_the_patch_embedding(tmp_path):
+    """With preprocessor_config.json normalising (x - mean) / std, our model on [0, 1] pixels x computes what the
+    checkpoint computes on the normalised pixels; a bad processor config is refused."""
+    hf = save_hf(tmp_path)
+    mean, std = [0.5, 0.4, 0.3], [0.5, 0.25, 0.2]
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"do_normalize": True, "image_mean": mean, "image_std": std, "do_rescale": True}))
+    ours = VI.vit_from_hf(str(tmp_path), image_size=16, patch=4, n_classes=3).double()
+    x = torch.rand(2, 3, 16, 16, dtype=D64, generator=torch.Generator().manual_seed(3))
+    normed = (x - torch.tensor(mean, dtype=D64).view(1, 3, 1, 1)) / torch.tensor(std, dtype=D64).view(1, 3, 1, 1)
+    with torch.no_grad():
+        assert (ours.tokens(x) - base(hf).embeddings(normed)).abs().max() < 1e-5  # float32 weights
+        assert (final_hidden(ours, x) - base(hf)(pixel_values=normed).last_hidden_state).abs().max() < 1e-4
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"do_normalize": False}))
+    plain = VI.vit_from_hf(str(tmp_path), image_size=16, patch=4, n_classes=3).double()
+    with torch.no_grad():  # not normalising: the weights as they are
+        assert (plain.tokens(x) - base(hf).embeddings(x)).abs().max() < 1e-5
+    for bad in ({"image_mean": [0.5, 0.5], "image_std": std}, {"image_mean": mean, "image_std": [0.5, 0.0, 0.5]},
+                {"image_mean": "0.5", "image_std": std}):
+        (tmp_path / "preprocessor_config.json").write_text(json.dumps(bad))
+        with pytest.raises(VI.BadCheckpoint, match="preprocessor_config.json"):
+            VI.vit_from_hf(str(tmp_path), image_size=16, patch=4, n_classes=3)

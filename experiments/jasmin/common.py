@@ -105,8 +105,9 @@ def vit_recipe(cell: Dict[str, Any], train_seed: int = 0, device: str = "cpu") -
     """harness.models.train recipe of the JaSMin ViT of a cell (the regularizer's recipe joins the artifact key)."""
     model = dict(d=int(cell["vit_d"]), depth=int(cell["vit_depth"]), heads=int(cell["vit_heads"]), mlp_ratio=2.0,
                  patch=int(cell["patch"]), qkv_bias=False)
-    if cell.get("vit_init"):  # the checkpoint decides width, depth, heads and MLP size (harness.models.vit_import)
-        model = dict(pretrained=str(cell["vit_init"]), patch=int(cell["patch"]), qkv_bias=False)
+    if cell.get("vit_init"):  # the checkpoint's width, depth and heads (checked against the cell's) and MLP size
+        model = dict(pretrained=str(cell["vit_init"]), patch=int(cell["patch"]), qkv_bias=False,
+                     **{k: model[k] for k in ("d", "depth", "heads")})
     steps, batch = int(cell["train_steps"]), int(cell.get("batch", BATCH))
     per_epoch = math.ceil(TRAIN_SIZE.get(cell["dataset"], 0) / batch)  # 469 batches of 128 for Fashion-MNIST
     epochs = math.ceil(steps / per_epoch) if per_epoch else 1

@@ -181,6 +181,8 @@ def full_recipe(recipe: dict, regularizer=None, data: Optional[Data] = None) -> 
     c["device"] = str(c["device"]).split(":")[0]  # the kind of device changes numbers, not which one
     c["regularizer"] = None if regularizer is None else regularizer.recipe
     c["data_fingerprint"] = None if data is None else data_fingerprint(data)
+    if c["model"].get("pretrained"):  # key the fine-tuned model by the checkpoint's revision / content
+        c["model"]["weights"] = _vit_import.weights_source(c["model"]["pretrained"])
     return c
 
 
@@ -209,12 +211,19 @@ def build_model(c: dict, shape, n_classes: int) -> nn.Module:
         raise ValueError(f"unknown arch {c['arch']!r}: train_classifier builds 'vit' (pass model_fn for others)")
     kw = dict(c["model"])
     pretrained = kw.pop("pretrained", None)
+    kw.pop("weights", None)  # the checkpoint's content, in the artifact key only (full_recipe)
     if pretrained:  # a Hugging Face ViT checkpoint, mapped onto our ViT at the data's image and patch size
         if shape[1] != shape[2]:
             raise ValueError(f"square images expected, got {shape[1]}x{shape[2]}")
-        unknown = set(kw) - {"patch", "qkv_bias"}
+        unknown = set(kw) - {"patch", "qkv_bias", "d", "depth", "heads"}
         if unknown:
             raise ValueError(f"model keys {sorted(unknown)} come from the checkpoint {pretrained!r}: leave them out")
+        cfg = _vit_import.hf_vit_config(pretrained)  # checked before the weights are read
+        differ = [f"{k} {kw[k]} (checkpoint: {cfg[k]})" for k in ("d", "depth", "heads") if k in kw and kw[k] != cfg[k]]
+        if cfg["in_chans"] != shape[0]:
+            differ.append(f"{shape[0]}-channel images (checkpoint: {cfg['in_chans']} channels)")
+        if differ:
+            raise ValueError(f"the recipe does not fit the checkpoint {pretrained!r}: {', '.join(differ)}")
         return _vit_import.vit_from_hf(pretrained, image_size=int(shape[1]), patch=int(kw.get("patch", 4)),
                                        n_classes=n_classes, seed=c["seed"], qkv_bias=kw.get("qkv_bias"))
     return _vit.vit_for(tuple(shape), n_classes, **kw)

