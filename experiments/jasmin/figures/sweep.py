@@ -22,18 +22,31 @@ def grid_values(table, col: str) -> str:
     return "/".join(str(v) for v in vals) or "?"
 
 
+def trained_as(table, detail: bool = False) -> str:
+    """How the rows' ViT was trained, as one clause read from the table (the figure notes and the summary both say
+    it): fine-tuned from a checkpoint at the paper scale, else trained from scratch. detail: also how the checkpoint
+    was adapted and what the paper leaves unstated."""
+    def joined(c, sep="/"):
+        return sep.join(str(v) for v in dict.fromkeys(table[c].dropna())) if c in table.columns else "?"
+
+    if "vit_init" in table.columns and table["vit_init"].notna().any():
+        lr = "/".join(f"{v:g}" for v in sorted(set(table["lr"].dropna()))) if "lr" in table.columns else "?"
+        adapted = ("the checkpoint's patch embedding resampled, positions interpolated, q/k/v biases removed as the "
+                   "paper" if detail else "q/k/v biases removed")
+        return (f"a ViT fine-tuned from {joined('vit_init', ' / ')} (patch {grid_values(table, 'patch')}: "
+                f"{adapted}) for {grid_values(table, 'train_steps')} {joined('optimizer').upper()} steps of batch "
+                f"{grid_values(table, 'batch')} (learning rate {lr}{'; the paper states none' if detail else ''}) "
+                "without the paper's horizontal flips, CutMix and MixUp")
+    return (f"a {grid_values(table, 'vit_depth')}-layer, {grid_values(table, 'vit_heads')}-head, "
+            f"d={grid_values(table, 'vit_d')} ViT (patch {grid_values(table, 'patch')}) trained from scratch for "
+            f"{grid_values(table, 'train_steps')} Adam steps")
+
+
 def sweep_note(table) -> str:
     """The substitution (model, data, budget) and the method codes."""
-    col = lambda c, d="?": table[c].iloc[0] if c in table.columns else d  # noqa: E731
-    if "vit_init" in table.columns and table["vit_init"].notna().any():  # the paper scale's fine-tuning
-        return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT fine-tuned from {col('vit_init')} "
-                f"(patch {col('patch')}, q/k/v biases removed) for {col('train_steps')} "
-                f"{str(col('optimizer')).upper()} steps of batch {col('batch')} (learning rate {col('lr')}) on "
-                f"{dataset_name(table)}, without flips, CutMix or MixUp. " + CODES)
-    return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: a ViT (d = {col('vit_d')}, "
-            f"{col('vit_depth')} layers, {col('vit_heads')} heads, patch {col('patch')}) trained from scratch for "
-            f"{col('train_steps')} Adam steps on {dataset_name(table)} (no ViT-B checkpoint offline, CPU budget). "
-            + CODES)
+    scratch = not ("vit_init" in table.columns and table["vit_init"].notna().any())
+    return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: {trained_as(table)} on {dataset_name(table)}"
+            + (" (no ViT-B checkpoint offline, CPU budget). " if scratch else ". ") + CODES)
 
 
 def method_order(methods) -> List[str]:

@@ -7,7 +7,7 @@ for the Fashion-MNIST stand-in.
 from __future__ import annotations
 
 from experiments.figures.common import dataset_name
-from experiments.jasmin.figures.sweep import grid_values
+from experiments.jasmin.figures.sweep import grid_values, trained_as
 
 # Paper Table 3 (ViT-B fine-tuned on CIFAR-100): Standard, FGSM2, FGSM4, PGD2 (4 steps), PGD4, AA2 (%).
 PAPER_CIFAR100 = {
@@ -151,19 +151,10 @@ def summary(table) -> str:
 
 def _recipe(table) -> str:
     """How the rows' ViT was trained, against the paper's ImageNet-pretrained ViT-B fine-tuned 40 epochs."""
-    init = [str(v) for v in table["vit_init"].dropna().unique()] if "vit_init" in table.columns else []
-    if init:
-        lr = "/".join(f"{v:g}" for v in sorted(set(table["lr"].dropna()))) if "lr" in table.columns else "?"
-        opt = "/".join(sorted(set(table["optimizer"].dropna()))) if "optimizer" in table.columns else "?"
-        return (f"a ViT fine-tuned from {' / '.join(init)} (patch {grid_values(table, 'patch')}: the checkpoint's "
-                f"patch embedding resampled, positions interpolated, q/k/v biases removed as the paper) for "
-                f"{grid_values(table, 'train_steps')} {opt.upper()} steps of batch {grid_values(table, 'batch')} "
-                f"(learning rate {lr}; the paper states none) without the paper's horizontal flips, CutMix and "
-                "MixUp; ")
-    return (f"a {grid_values(table, 'vit_depth')}-layer, {grid_values(table, 'vit_heads')}-head, "
-            f"d={grid_values(table, 'vit_d')} ViT (patch {grid_values(table, 'patch')}) trained from scratch "
-            f"on CPU for {grid_values(table, 'train_steps')} Adam steps of batch 128 instead of an "
-            "ImageNet-pretrained ViT-B (patch 4) fine-tuned 40 epochs with SGD, CutMix and MixUp; ")
+    if "vit_init" in table.columns and table["vit_init"].notna().any():
+        return trained_as(table, detail=True) + "; "
+    return (trained_as(table) + " of batch 128 on CPU instead of an ImageNet-pretrained ViT-B (patch 4) fine-tuned "
+            "40 epochs with SGD, CutMix and MixUp; ")
 
 
 def _summary(table) -> str:
