@@ -381,7 +381,9 @@ def test_report_figures_keep_series_and_ticks_apart(tmp_path):
     labels = report._distinct_labels([1.0801, 1.0852, 1.0899, 1.0951])
     assert len(set(labels)) == 4
     a = pd.Series([3.0, 2.0], index=[0, 1])
-    assert report._coincident({"second_order": a, "best": a.copy(), "fine": a * 2}) == {"best": "second_order"}
+    assert report._coincident({"second_order": a, "best": a.copy(), "fine": a * 2}) == {"best": ("second_order", 0.0)}
+    near = report._coincident({"truth": a / a, "kw": a / a * 1.09, "far": a / a * 1.5})
+    assert set(near) == {"kw"} and near["kw"][0] == "truth" and abs(near["kw"][1] - 0.09) < 1e-12
     styles = report._styles(25)
     assert len({(s["color"], s["marker"], s["ls"]) for s in styles}) == 25
     rows = [dict(input=0, layer=l, head=-1, scope="layer", method=m, kind=k, bounds=b, ratio=r, value=r, truth=1.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import pandas as pd
@@ -122,7 +122,7 @@ def _distinct_labels(values: List[float]) -> List[str]:
     return labels
 
 
-def heatmap(df, path) -> None:
+def heatmap(df, path, meta: Optional[dict] = None) -> None:
     """Layers x heads, ratio bound / true ||J_head|| (median over inputs) per head-scope upper bound, each panel on
     its own log colour scale and colour bar: one scale shared by bounds 1e1 and 1e9 x the truth would paint every
     tight bound the same colour. Panel titles give the median and the range of the ratio."""
@@ -156,6 +156,8 @@ def heatmap(df, path) -> None:
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_yticks(range(len(t.index)), [str(i) for i in t.index])
+        step = max(1, math.ceil(len(t.columns) / 12))  # whole heads only
+        ax.set_xticks(range(0, len(t.columns), step), [str(c) for c in list(t.columns)[::step]])
         cb = fig.colorbar(im, ax=ax)
         ticks = _log_ticks(lo, hi)
         cb.set_ticks(ticks, labels=_distinct_labels(ticks), minor=False)
@@ -164,8 +166,19 @@ def heatmap(df, path) -> None:
         cb.ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
-    fig.suptitle("Per-head tightness: bound / true local Lipschitz constant of the head (median over inputs; "
-                 "log colour scale, one per panel)", fontsize=10)
+    many = "input" in df and df["input"].nunique() > 1
+    fig.suptitle("Per-head tightness: bound / true local Lipschitz constant of the head ("
+                 + ("median over inputs; " if many else "") + "log colour scale, one per panel)\n" + _about(df, meta),
+                 fontsize=10)
+    layer_only = [m for m in dict.fromkeys(df.loc[(df["scope"] == "layer") & (df["kind"] == "upper")
+                                                  & (df.get("bounds", "local") == "local"), "method"])
+                  if m not in methods and m != "truth_upper"]
+    gloss = _glossary(methods, int(15 * fig.get_figwidth()))
+    if layer_only:
+        gloss += "\nNot per head (bounds of the whole layer only): " + ", ".join(SHORT.get(m, m) for m in layer_only)
+    foot = 0.12 * (gloss.count("\n") + 2) / fig.get_figheight()  # the footnote's lines, as a figure fraction
+    fig.get_layout_engine().set(rect=(0, foot, 1, 1 - foot))  # (left, bottom, width, height)
+    fig.text(0.01, 0.005, gloss, fontsize=7, va="bottom", ha="left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -180,24 +193,59 @@ def _styles(k: int) -> List[dict]:
     return [dict(color=colours[i % 20], marker=marks[i % 10], ls=lines[(i // 10) % 4], ms=4) for i in range(k)]
 
 
-def _coincident(series: dict) -> dict:
-    """method -> the earlier method whose per-layer values it equals (relative 1e-9), for the legend."""
+def _coincident(series: dict, rtol: float = 0.10) -> dict:
+    """method -> (the earlier method it is drawn on, its largest relative distance from it) for the series within
+    rtol of an earlier one at every layer: on a log axis spanning decades, 10 % is a pixel or two, so such series
+    hide each other and the legend must say so (distance 0 within 1e-9: equal)."""
     same, seen = {}, []
     for m, s in series.items():
         for other in seen:
             o = series[other]
-            if o.index.equals(s.index) and np.allclose(o.values, s.values, rtol=1e-9, atol=0):
-                same[m] = same.get(other, other)
+            if o.index.equals(s.index) and np.allclose(o.values, s.values, rtol=rtol, atol=0):
+                dist = float(np.max(np.abs(s.values - o.values) / np.abs(o.values)))
+                same[m] = (same[other][0] if other in same else other, 0.0 if dist <= 1e-9 else dist)
                 break
         seen.append(m)
     return same
 
 
-def layer_plot(df, path) -> None:
+def _label(m: str) -> str:
+    """What a method's short name stands for: the registry's label, or analyze's own (state.EXTRA)."""
+    from harness.analyze.state import EXTRA
+    from harness.bounds import registry
+
+    if m in EXTRA:
+        return EXTRA[m][3]
+    for scope in ("layer", "head"):
+        try:
+            return registry.get(m, scope).label
+        except (KeyError, ValueError):
+            continue
+    return m
+
+
+def _glossary(methods, width: int) -> str:
+    """'KW = ...; Kim = ...' for the short names a figure shows, wrapped to `width` characters."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap("; ".join(f"{SHORT.get(m, m)} = {_label(m)}" for m in methods), width))
+
+
+def _about(df, meta: Optional[dict]) -> str:
+    """'model: 1 input of 25 tokens, float64': what a figure was computed on."""
+    meta = meta or {}
+    k = int(df["input"].nunique()) if "input" in df else 0
+    toks = "/".join(str(int(t)) for t in sorted(set(df["n_tokens"]))) if "n_tokens" in df else "?"
+    return f"{meta.get('model', 'model')}: {k} input{'s' if k != 1 else ''} of {toks} tokens, {meta.get('dtype', '')}"
+
+
+def layer_plot(df, path, meta: Optional[dict] = None) -> None:
     """Ratio bound / true ||J_F(X)|| per layer (median over inputs) of every layer-scope method, log scale, in two
     panels: bounds on the local constant (the same numbers as layer_table and the README's table), and the eps-ball
-    certificates delta(X, eps) / eps with PGD. Every series has its own colour and marker; a series equal to an
-    earlier one is drawn with a large open marker and labelled "(= that one)", so coincident bounds stay visible."""
+    certificates delta(X, eps) / eps with PGD. Every series has its own colour and marker; a series within 10 % of
+    an earlier one (or of the truth line) is drawn with a large open marker and labelled "(= that one)" or "(~ that
+    one, within x %)", so coincident bounds stay visible. The title names the model and inputs (meta), a footnote
+    what each short name stands for."""
     import matplotlib.pyplot as plt
 
     d = df[df["scope"] == "layer"]
@@ -207,6 +255,7 @@ def layer_plot(df, path) -> None:
               ("eps-ball", [m for m in methods if kinds.get(m) == "eps-ball"])]
     panels = [p for p in panels if p[1]] or [("local", [])]
     fig, axes = plt.subplots(1, len(panels), figsize=(7.2 * len(panels) + 1.5, 4.4), squeeze=False)
+    shown: List[str] = []
     for ax, (what, ms) in zip(axes[0], panels):
         ax.axhline(1.0, color="black", lw=2.5, label="truth (= 1)")
         series = {}
@@ -215,13 +264,17 @@ def layer_plot(df, path) -> None:
             s = s[np.isfinite(s) & (s > 0)]
             if len(s):
                 series[m] = s
-        same = _coincident(series)
+        same = _coincident({"truth": pd.Series(1.0, index=next(iter(series.values())).index), **series}
+                           if series else {})
         for st, (m, s) in zip(_styles(len(series)), series.items()):
             label = SHORT.get(m, m)
             if m in same:
+                other, dist = same[m]
                 st = dict(st, ms=9, mfc="none", mew=1.4, ls="none")
-                label += f" (= {SHORT.get(same[m], same[m])})"
+                label += (f" (= {SHORT.get(other, other)})" if not dist
+                          else f" (~ {SHORT.get(other, other)}, within {100 * dist:.2g} %)")
             ax.plot(s.index, s.values, label=label, **st)
+        shown += [m for m in series if m not in shown]
         ax.set_yscale("log")
         ax.set_xlabel("layer")
         ax.set_xticks(sorted(set(d["layer"])))
@@ -234,8 +287,11 @@ def layer_plot(df, path) -> None:
         else:
             ax.set_ylabel("bound / true ||J_F(X)|| (median over inputs)")
             ax.set_title("Bounds on the local Lipschitz constant", fontsize=10)
-    fig.suptitle("Attention layers: each bound as a multiple of the true local Lipschitz constant", fontsize=11)
-    fig.tight_layout()
+    fig.suptitle("Attention layers: each bound as a multiple of the true local Lipschitz constant\n"
+                 + _about(df, meta), fontsize=11)
+    gloss = _glossary(shown, int(16 * fig.get_figwidth()))
+    fig.tight_layout(rect=(0, 0.012 * (gloss.count("\n") + 2), 1, 1))
+    fig.text(0.01, 0.005, gloss, fontsize=7, va="bottom", ha="left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -280,8 +336,8 @@ def write(df, outdir, meta: dict) -> dict:
     df.to_csv(out / "table.csv", index=False)
     df.to_parquet(out / "table.parquet", index=False)
     distribution(df).to_csv(out / "distribution.csv", index=False)
-    heatmap(df, out / "heatmap.png")
-    layer_plot(df, out / "layers.png")
+    heatmap(df, out / "heatmap.png", meta)
+    layer_plot(df, out / "layers.png", meta)
     (out / "summary.md").write_text(summary_md(df, meta))
     bad = unsound(df)
     rep = dict(meta, sound=bool(len(bad) == 0), unsound_methods=sorted(set(bad["method"])),
