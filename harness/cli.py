@@ -209,7 +209,8 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
 
 def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
     """--render: each experiment's figures from its committed table (figures read tables only), replaced atomically,
-    its manifest's figure list, then the README of the output folder. 1 when a figure function failed."""
+    its manifest's figure list and paper references, then the README of the output folder. 1 when a figure function
+    failed."""
     from . import manifest as _manifest, report as _report
     from .errors import CorruptFile
     from .run.outputs import render_figures, write_manifest
@@ -227,12 +228,14 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
         if table is None or man is None:
             out(f"{n}: no committed table in {outdir}: nothing to render")
             continue
+        exp = _catalog.get_experiment(n)
         try:
-            figs = render_figures(_catalog.get_experiment(n), table, outdir)
+            figs = render_figures(exp, table, outdir)
         except Exception as e:  # noqa: BLE001 - reported; the old figures are kept (render_figures)
             bad.append(f"[{n}] figures failed, the old ones are kept: {e.__class__.__name__}: {e}")
             continue
         man["figures"] = figs
+        man["figures_ref"] = list(exp.figures_ref)  # what the figures reproduce: presentation, as they are
         write_manifest(outdir / "manifest.json", man)
         done += 1
         out(f"{n}: {len(figs)} figure file(s) redrawn from {outdir / 'table.parquet'}")

@@ -216,3 +216,25 @@ def test_render_redraws_committed_figures_from_the_tables_alone(tmp_path, capsys
             if f.is_file():
                 assert (root / "quick" / n / f.relative_to(RESULTS / "quick" / n)).read_bytes() == f.read_bytes(), f
     assert not (root / "cache").exists()
+
+
+def test_render_refreshes_what_the_figures_reproduce(tmp_path, capsys):
+    """figures_ref is presentation, like the figures: --render writes the experiment's current references into the
+    manifest (and so the README), without touching the table."""
+    from harness import catalog
+
+    n = "castin_gamma"
+    if not (RESULTS / "quick" / n).is_dir():
+        pytest.skip("no committed quick-scale results")
+    root = tmp_path / "results"
+    shutil.copytree(RESULTS / "quick" / n, root / "quick" / n)
+    man_path = root / "quick" / n / "manifest.json"
+    man = json.loads(man_path.read_text())
+    man["figures_ref"] = ["a stale reference"]
+    man_path.write_text(json.dumps(man, indent=1) + "\n")
+    code, out = _run(["--render", "--quick", "--results-dir", str(root), n], capsys)
+    assert code == 0, out
+    catalog.load_all()
+    assert json.loads(man_path.read_text())["figures_ref"] == list(catalog.get_experiment(n).figures_ref)
+    assert "a stale reference" not in (root / "quick" / "README.md").read_text()
+    assert (root / "quick" / n / "table.parquet").read_bytes() == (RESULTS / "quick" / n / "table.parquet").read_bytes()

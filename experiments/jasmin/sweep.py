@@ -78,16 +78,16 @@ class JasminSweep(common.LayersExperiment):
 
     # ------------------------------------------------------------------------------------------- outputs
     def figures(self, table, outdir):
-        from experiments.jasmin.figures import sweep as sweep_figures
+        from experiments.jasmin.figures.accuracy import accuracy_figure
         from experiments.jasmin.figures.sweep_report import acc_table
 
         ran = list(dict.fromkeys(table["dataset"])) if "dataset" in table.columns else []
         if len(ran) <= 1:
-            return sweep_figures.accuracy_figure(table, acc_table(table), outdir)
+            return accuracy_figure(table, acc_table(table), outdir)
         paths = []  # the paper scale: one figure per dataset (Tables 1 / 3 on CIFAR-100, 2 / 4 on CIFAR-10)
         for d in ran:
             t = table[table["dataset"] == d]
-            paths += sweep_figures.accuracy_figure(t, acc_table(t), outdir, stem=f"jasmin_sweep_accuracy_{d}")
+            paths += accuracy_figure(t, acc_table(t), outdir, stem=f"jasmin_sweep_accuracy_{d}")
         return paths
 
     def summary(self, table) -> str:

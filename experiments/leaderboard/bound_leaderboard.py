@@ -53,7 +53,10 @@ class BoundLeaderboard(common.LayersExperiment):
     """JaSMin Fig. 6 extended: every registered bound (harness.bounds.registry) vs the truth, per head and layer."""
 
     name = "bound_leaderboard"
-    figures_ref = ["JaSMin (Yudin et al.) Fig. 6 (extended to all bounds and models)"]
+    # [0]: bound_leaderboard.png (Fig. 6's per-head comparison, as bound / truth); [1]: bound_leaderboard_vs_n.png,
+    # a sequence-length axis that Fig. 6 (one ViT, one n) does not have
+    figures_ref = ["JaSMin (Yudin et al.) Fig. 6 (App. C; extended to all bounds and models)",
+                   "Extends JaSMin (Yudin et al.) Fig. 6 to sequence length n (the paper's figure has no n axis)"]
     grid = grids.on_cifar10([
         {"model": ["minilm"], "n": [16, 32, 64, 128], "count": [4], "layers": [MINILM_LAYERS], "plugins": [APPC]},
         {"model": ["gpt2"], "n": [16, 64], "count": [2], "layers": [GPT2_LAYERS], "plugins": [APPC]},

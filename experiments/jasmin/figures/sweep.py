@@ -1,6 +1,6 @@
 """Presentation of the JaSMin training sweep (jasmin_sweep, jasmin_heatmaps, jasmin_jacobian_norm,
-jasmin_overhead): one colour / hatch per regularizer, the same in every figure; imported only inside
-figures()/summary()."""
+jasmin_overhead): one colour / hatch per regularizer, the same in every figure (jasmin_sweep's accuracy figure:
+accuracy.py); imported only inside figures()/summary()."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -42,11 +42,15 @@ def trained_as(table, detail: bool = False) -> str:
             f"{grid_values(table, 'train_steps')} Adam steps")
 
 
-def sweep_note(table) -> str:
-    """The substitution (model, data, budget) and the method codes."""
+def sweep_note(table, paper: str = "CIFAR-10 / CIFAR-100") -> str:
+    """The substitution (model, data, budget) and the method codes. `paper`: the data of the paper's item the figure
+    reproduces (Tables 1-4 cover both CIFARs; Figs. 4 and 5 are CIFAR-100 only)."""
     scratch = not ("vit_init" in table.columns and table["vit_init"].notna().any())
-    return (f"Paper: ViT-B fine-tuned on CIFAR-10 / CIFAR-100. Here: {trained_as(table)} on {dataset_name(table)}"
-            + (" (no ViT-B checkpoint offline, CPU budget). " if scratch else ". ") + CODES)
+    used = [str(v) for v in table["data_used"].dropna().unique()] if "data_used" in table.columns else []
+    why = (["CIFAR-10 planned, unreachable"] if any("(substitute for cifar10)" in v for v in used) else []) \
+        + (["no ViT-B checkpoint offline, CPU budget"] if scratch else [])
+    return (f"Paper: ViT-B fine-tuned on {paper}. Here: {trained_as(table)} on {dataset_name(table)}"
+            + (f" ({'; '.join(why)}). " if why else ". ") + CODES)
 
 
 def method_order(methods) -> List[str]:
@@ -85,35 +89,6 @@ def attack_label(col: str) -> str:
     if budget.startswith("l2="):
         return f"{name} l2 {budget[3:]}"
     return f"{name} l_inf {budget}" if budget.endswith("/255") else f"{name} {budget}"
-
-
-def accuracy_figure(table, acc, outdir, stem: str = "jasmin_sweep_accuracy") -> List:
-    """Tables 1-4 analogue: mean accuracy (+- std over training seeds) per attack and budget, per method."""
-    methods = method_order(table["method"])
-    st = method_styles(methods)
-    cols = [c for c in ["clean"] + [f"{k} {e}/255" for k in ("fgsm", "pgd") for e in (2, 4, 8, 16)]
-            + ["autoattack 2/255"] if c in set(acc["col"])]
-    cols += sorted(set(acc["col"]) - set(cols))
-    fig, ax = plotting.figure(1, 1, width=max(7.0, 1.1 * len(cols) + 2), height=3.8)
-    w = 0.84 / max(len(methods), 1)
-    for i, m in enumerate(methods):
-        sub = acc[acc["method"] == m].set_index("col")
-        vals = [sub["mean"].get(c, np.nan) for c in cols]
-        err = np.nan_to_num([sub["std"].get(c, np.nan) for c in cols])
-        one = "seeds" in sub and int(sub["seeds"].max()) == 1  # a single training seed: no spread to show
-        ax.bar(np.arange(len(cols)) + (i - (len(methods) - 1) / 2) * w, vals, w, yerr=None if one else err,
-               color=st[m]["color"], hatch=st[m]["hatch"], edgecolor="black" if one else "white",
-               linewidth=0.6 if one else 0.3, linestyle=":" if one else "-", alpha=0.6 if one else 1.0,
-               error_kw=dict(lw=0.6), label=m + (" (1 seed)" if one else ""))
-    ax.set_xticks(np.arange(len(cols)), [attack_label(c) for c in cols], rotation=20, ha="right")
-    ax.set_xlabel("attack, its norm and budget eps (pixels in [0, 1]: l_inf eps in 1/255, l2 eps over the whole "
-                  "image)")
-    ax.set_ylabel("test accuracy (%)")
-    seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
-    return plotting.finish(fig, outdir, stem, ref(table), f"Accuracy under attack per training regularizer on "
-                           f"{dataset_name(table)} (bars: mean, whiskers: std over up to {seeds} training seeds; "
-                           "pale dotted bars rest on one seed)",
-                           note=sweep_note(table) + images_note(table), ncol=4)
 
 
 def images_note(table) -> str:
@@ -175,7 +150,7 @@ def heatmaps_figure(table, outdir) -> List:
         clip = (f"Colour scale 0 to {vmax:.3g} (the 95th percentile of all cells); cells above it are labelled with "
                 "their value. ") if above else ""
         paths += facets(h, ["method"], outdir, stem, draw, title, note="Training seed 0 of each setting. " + clip
-                        + heatmap_note(h) + sweep_note(table),
+                        + heatmap_note(h) + sweep_note(table, "CIFAR-100 (Fig. 5: CIFAR-100 only)"),
                         after=colorbar, panel=(2.6, 2.4))
     return paths
 
@@ -234,7 +209,7 @@ def jacobian_norm_figure(table, outdir) -> List:
                            "norm per training regularizer", note="Box: quartiles over the evaluation images of every "
                            "training seed, pooled; whiskers 1.5 IQR, circles beyond; diamonds: each seed's median, "
                            "seeds in order left to right. "
-                           + sweep_note(table), legend=False)
+                           + sweep_note(table, "CIFAR-100 (Fig. 4: CIFAR-100 only)"), legend=False)
 
 
 def overhead_figure(table, outdir) -> List:
