@@ -209,8 +209,7 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
 
 def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
     """--render: each experiment's figures from its committed table (figures read tables only), replaced atomically,
-    its manifest's figure list and paper references, then the README of the output folder. 1 when a figure function
-    failed."""
+    its manifest's figures and paper references, then the output folder's README. 1 when a figure function failed."""
     from . import manifest as _manifest, report as _report
     from .errors import CorruptFile
     from .run.outputs import render_figures, write_manifest
@@ -234,8 +233,7 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
         except Exception as e:  # noqa: BLE001 - reported; the old figures are kept (render_figures)
             bad.append(f"[{n}] figures failed, the old ones are kept: {e.__class__.__name__}: {e}")
             continue
-        man["figures"] = figs
-        man["figures_ref"] = list(exp.figures_ref)  # what the figures reproduce: presentation, as they are
+        man["figures"], man["figures_ref"] = figs, list(exp.figures_ref)  # presentation, both
         write_manifest(outdir / "manifest.json", man)
         done += 1
         out(f"{n}: {len(figs)} figure file(s) redrawn from {outdir / 'table.parquet'}")

@@ -117,11 +117,11 @@ class CastinSqrtNAdversarial(Experiment):
         return rows
 
     def figures(self, table, outdir):
-        from experiments.castin.figures.sqrt_n import sqrt_n_adversarial_figure
+        from experiments.castin.figures.adversarial import sqrt_n_adversarial_figure
 
         return sqrt_n_adversarial_figure(table, outdir)
 
     def summary(self, table) -> str:
-        from experiments.castin.figures.sqrt_n import sqrt_n_adversarial_summary
+        from experiments.castin.figures.adversarial import sqrt_n_adversarial_summary
 
         return sqrt_n_adversarial_summary(table)

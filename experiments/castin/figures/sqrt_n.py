@@ -1,7 +1,5 @@
-"""Figures and summaries of castin_sqrt_n (real data) and castin_sqrt_n_adversarial."""
+"""Figure and summary of castin_sqrt_n (real data); castin_sqrt_n_adversarial's are in adversarial.py."""
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 
@@ -13,7 +11,8 @@ from experiments.castin.figures.llama import llama_note as _llama_note
 from experiments.castin.figures.llama import llama_vs_gpt2 as _llama_vs_gpt2
 from experiments.castin.figures.llama import rope_label as _rope
 from experiments.figures.fits import fmt_fit, loglog_fit
-from experiments.castin.figures.common import paper_models, panel_label, truth_tolerance, random_tag, loglog_n_axes, map_note, MAP_NOTE
+from experiments.castin.figures.common import (MAP_NOTE, loglog_n_axes, map_note, panel_label, paper_models,
+                                              random_tag, sparse_log_y, truth_tolerance)
 
 
 # ---- castin_sqrt_n (real data) -------------------------------------------------------------------------------
@@ -32,7 +31,8 @@ def sqrt_n_real_figure(table, outdir):
         plotting.loglog(ax, med.index, med["paper_estimator"], "paper's estimator sqrt(||J^T F(X)||)", key="paper",
                         markersize=2)
         lo, hi = ax.get_ylim()
-        ax.set_ylim(lo, hi * (hi / lo) ** 0.9)  # headroom: the inset sits above the curves
+        # headroom: the inset sits above the curves; a floor margin keeps a flat lowest curve off the x axis
+        ax.set_ylim(lo / (hi / lo) ** 0.15, hi * (hi / lo) ** 0.9)
         ax.plot([], [], color=plotting.color("castin"), linestyle="--",
                 label="Thm 3.3 bound (inset; black: true)")
         if np.isfinite(med["bound_castin"]).any():
@@ -41,13 +41,16 @@ def sqrt_n_real_figure(table, outdir):
             ins = ax.inset_axes([0.34, 0.57, 0.62, 0.36])
             ins.loglog(med.index, med["bound_castin"], color=plotting.color("castin"), linestyle="--")
             ins.loglog(med.index, med["lipschitz"], color=plotting.color("lipschitz"), lw=1.0)
+            ilo, ihi = ins.get_ylim()
+            ins.set_ylim(ilo / (ihi / ilo) ** 0.15, ihi)  # the flat true line clear of the inset's x axis
             ins.tick_params(labelsize=6, pad=1)
             for axis in (ins.xaxis, ins.yaxis):
                 axis.set_minor_formatter(NullFormatter())
             n_max = g["n"].max()
             last = g[g["n"] == n_max]
             ratio = float((last["bound_castin"] / last["lipschitz"]).median())  # the summary's median of ratios
-            ins.text(0.98, 0.5, f"Thm 3.3 / true\nat n = {int(n_max)}: {ratio:.2g}\n(median)", transform=ins.transAxes,
+            # two lines between the bound (top) and the true line (bottom), clear of both
+            ins.text(0.98, 0.55, f"Thm 3.3 / true at n = {int(n_max)}:\n{ratio:.2g} (median)", transform=ins.transAxes,
                      ha="right", va="center", fontsize=6)
             ins.grid(False)
         else:
@@ -55,17 +58,19 @@ def sqrt_n_real_figure(table, outdir):
                     va="top")
         fl, fp = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["paper_estimator"])
         extra = k[3] + (f", map {k[4]}" if len(k) > 4 else "") + (_rope(g) and f"\n{_rope(g)}")
-        slope = f"\nslope {fl['slope']:.2f}; the paper's estimator here: {fp['slope']:.2f}"
+        # both slopes are ours, fitted on this panel's windows: the paper's published slope is in the summary
+        slope = f"\nslope {fl['slope']:.2f}; slope of the paper's estimator\non these inputs: {fp['slope']:.2f}"
         if past_training_length(g):  # the step past MiniLM's 128 trained positions (positions_note)
             ax.axvline(MINILM_TRAINED_LEN, color="grey", lw=0.8, linestyle=":")
             ax.text(MINILM_TRAINED_LEN, 0.02, " 128: trained length", transform=ax.get_xaxis_transform(),
                     fontsize=6, color="grey")
             below = g[g["n"] <= MINILM_TRAINED_LEN]
             slope = (f"\nslope on n <= 128: {loglog_fit(below['n'], below['lipschitz'])['slope']:.2f} "
-                     f"(all n: {fl['slope']:.2f})\nthe paper's estimator, n <= 128: "
+                     f"(all n: {fl['slope']:.2f})\nslope of the paper's estimator on these\ninputs, n <= 128: "
                      f"{loglog_fit(below['n'], below['paper_estimator'])['slope']:.2f} (all n: {fp['slope']:.2f})")
         plotting.caption(ax, panel_label(k[0], k[1], k[2], extra, g["pretrained"].iloc[0]) + slope)
         loglog_n_axes(ax, "||Df(X)|| (spectral norm)")
+        sparse_log_y(ax)
 
     return facets(table, ["model", "layer", "masked", "corpus", "map"], outdir, "castin_sqrt_n_real", draw,
                   "Local Lipschitz constant of attention vs sequence length, real text (log-log)",
@@ -76,9 +81,6 @@ def sqrt_n_real_figure(table, outdir):
                   + (map_note(table) or MAP_NOTE["layer"] + ".") + " Slopes: least squares in log-log; dotted line at "
                   "n = 128: MiniLM's trained length (past it, untrained positions make a step: read the n <= 128 "
                   "slope).", ncols=3)
-
-
-
 
 def differs_models(table) -> str:
     """The 'Models' / 'Map' bullets of "what differs from the paper", from what ran (the table)."""
@@ -114,7 +116,8 @@ def sqrt_n_real_summary(table) -> str:
                    f"{ratio} | {g['radius_mean'].mean():.1f} |")
     out.append("\n" + _real_verdict(slopes) + _llama_vs_gpt2(table) + positions_note(table))
     out.append(f"\nConverged: {100 * table['converged'].mean():.1f} % of {len(table)} estimates (Lanczos, relative "
-               f"Ritz residual on sigma^2 < {truth_tolerance('float32'):g} in float32, {truth_tolerance('float64'):g} in float64); "
+               f"Ritz residual on sigma^2 < {truth_tolerance('float32'):g} in float32, "
+               f"{truth_tolerance('float64'):g} in float64); "
                f"median {table['iters'].median():.0f} J^T J products per batch of sequences; "
                f"{table['cpu_s'].sum():.0f} CPU s in the estimator.\n")
     llama = "\n" + DIFFERS_LLAMA if _is_rope(table) else ""
@@ -162,7 +165,8 @@ def positions_note(table) -> str:
             + "\n\nThe step where n first exceeds 128 comes from those positions, not from the text: on the same "
             "windows, the first 128 tokens give the layer-0 constant of the n <= 128 panel, eight more tokens "
             "(positions 128-135) give that of n = 192, and the window's last 128 tokens moved to positions 0-127 "
-            "fall back in three of four windows (docs/notes/castin-exp.md, 'MiniLM past 128 tokens', has the check and its numbers). Slopes "
+            "fall back in three of four windows (docs/notes/castin-exp.md, 'MiniLM past 128 tokens', has the check "
+            "and its numbers). Slopes "
             "fitted across n = 128 therefore mix two regimes; the n <= 128 slope is the one to read.")
 
 
@@ -183,110 +187,3 @@ def _real_verdict(slopes) -> str:
         out += (f" Random-weight BERT-base / GPT-2 (near-uniform attention): true n^{min(tr):.2f} to "
                 f"n^{max(tr):.2f}, estimator n^{min(er):.2f} to n^{max(er):.2f}.")
     return out
-
-
-def _adversarial_verdict(panels) -> str:
-    """One line: Prop. 3.4's sqrt(n) at its adversarial inputs, for the head alone (the proposition's map) and the
-    whole layer. panels: per unmasked panel, (layer slope, head-alone slope, lower-bound slope, min head / LB) of
-    the head with the largest gamma (the ratio over all heads)."""
-    if not panels:
-        return "Verdict: not determined (no unmasked panel)."
-    lay, head, lb, ratios = (list(c) for c in zip(*panels))
-    ratio = min(ratios)
-    word = "reproduced" if min(head) >= 0.45 and ratio >= 1 - 1e-9 else "partly reproduced"
-    return (f"Verdict (paper: ~n^0.5 at Prop. 3.4's inputs): **{word}** for the proposition's map (one head, no "
-            f"bias): slopes {min(head):.2f} to {max(head):.2f} over the unmasked panels, its lower bound "
-            f"{min(lb):.2f} to {max(lb):.2f}, the head never below it (min ratio {ratio:.3g}). The whole multi-head "
-            f"layer at the same inputs grows as n^{min(lay):.2f} to n^{max(lay):.2f} (other heads and W^O dilute "
-            "the chosen head), so the paper's sqrt(n) is a per-head statement.")
-
-
-# ---- castin_sqrt_n_adversarial ---------------------------------------------------------------------------------
-def sqrt_n_adversarial_figure(table, outdir):
-    """Fig. 1 analogue at Prop. 3.4's inputs: the map and the head alone, lower and upper bounds; one image per
-    measured map (column `map`, where present) and at most 16 panels each."""
-    from experiments.figures.common import facets, setting_note
-
-    def draw(ax, k, g):
-        best = int(g.loc[g["gamma"].idxmax(), "head"])
-        for _, gh in g.groupby("head"):
-            ax.loglog(gh["n"], gh["lipschitz"], color=plotting.color("lipschitz"), alpha=0.25, lw=0.7,
-                      label="||Df(X)|| at each head's input (thin)")
-        gb = g[g["head"] == best].sort_values("n")
-        plotting.loglog(ax, gb["n"], gb["lipschitz"], "||Df(X)||, input of the head with max gamma",
-                        key="lipschitz", markersize=2)
-        plotting.loglog(ax, gb["n"], gb["lipschitz_head"], "||Df_l(X)||, that head alone", key="ours",
-                        markersize=2)
-        plotting.loglog(ax, gb["n"], gb["lower_bound"], "Prop 3.4 lower bound (no mask only)", key="lower",
-                        linestyle=":", marker=None)
-        plotting.loglog(ax, gb["n"], gb["paper_estimator"], "paper's estimator", key="paper", markersize=2)
-        plotting.loglog(ax, gb["n"], gb["bound_castin"], "Thm 3.3 upper bound", key="castin", linestyle="--",
-                        marker=None)
-        f, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
-        plotting.slope_guide(ax, gb["n"], 0.5, (float(gb["n"].iloc[0]), float(gb["lipschitz_head"].iloc[0]) / 2),
-                             label="n^0.5 (the paper's rate, reference)", linestyle="-.", color="#BBBBBB")
-        series = {"layer (black)": gb["lipschitz"].to_numpy(), "head alone (blue)": gb["lipschitz_head"].to_numpy(),
-                  "estimator (orange)": gb["paper_estimator"].to_numpy()}
-        ns, same = gb["n"].to_numpy(), []
-        for a, b in itertools.combinations(series, 2):  # name the pairs lying on each other from some n on
-            close = np.abs(series[a] / series[b] - 1) <= 0.05
-            tail = len(close) - int(np.argmin(close[::-1])) if not close.all() else 0  # first n of the agreeing tail
-            if len(close) - tail >= 3:
-                same.append((a, b, "" if tail == 0 else f" from n = {int(ns[tail])}"))
-        plotting.caption(ax, panel_label(k[0], k[1], k[2], f"R = {g['radius'].iloc[0]:.1f} ({k[3]:g}x mean)",
-                                    g["pretrained"].iloc[0])
-                         + f"\nhead {best} (max gamma), slopes:\nlayer {f['slope']:.2f}, head alone {fh['slope']:.2f}"
-                         + "".join(f"\n{a} lies on {b}{at} (within 5 %)" for a, b, at in same))
-        loglog_n_axes(ax, "||Df(X)|| (log)")
-
-    return facets(table, ["model", "layer", "masked", "radius_factor"], outdir, "castin_sqrt_n_adversarial", draw,
-                  "Local Lipschitz constant vs n at Prop. 3.4's adversarial inputs (log-log)", split="map",
-                  split_title=lambda m: MAP_NOTE.get(m, f"map {m}").split(" (")[0].replace("map: ", ""),
-                  note=lambda value, part: "Inputs: Prop. 3.4's adversarial sequence for each head with a real "
-                  "eigenvalue of A_c; R = factor x mean token radius of the layer's real Alice inputs. "
-                  + setting_note(part) + " " + (map_note(part) or MAP_NOTE["layer"] + "."))
-
-
-MAPS = {"layer": "W^O", "self": "self (authors')"}
-
-
-def sqrt_n_adversarial_summary(table) -> str:
-    out = ["**Adversarial inputs** (Prop. 3.4 per head; paper: ~n^0.5, constants 4.39 and 5.73 for pretrained "
-           "BERT at R = 15.5 and 21.5)\n",
-           "| model | layer | mask | map | R (x mean) | heads | median gamma R^2 | slope layer (head max gamma) | "
-           "slope layer, median over heads | slope head alone (no bias; Prop 3.4's map) | slope Prop 3.4 LB | "
-           "C in C sqrt(n) layer / head alone | slope paper estimator | min Lip_head / Prop 3.4 LB |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    table = table.assign(map=table["map"]) if "map" in table else table.assign(map="layer")
-    unmasked = []  # per unmasked panel: (layer, head-alone, lower-bound slope, min head / LB), for the verdict
-    for k, g in table.groupby(["model", "layer", "masked", "radius_factor", "map"], sort=False):
-        best = int(g.loc[g["gamma"].idxmax(), "head"])
-        gb = g[g["head"] == best]
-        per_head = [loglog_fit(gh["n"], gh["lipschitz"])["slope"] for _, gh in g.groupby("head")]
-        fb, fh = loglog_fit(gb["n"], gb["lipschitz"]), loglog_fit(gb["n"], gb["lipschitz_head"])
-        flb = loglog_fit(gb["n"], gb["lower_bound"])
-        if not bool(k[2]):
-            unmasked.append((fb["slope"], fh["slope"], flb["slope"],
-                             float((g["lipschitz_head"] / g["lower_bound"]).min())))
-        lb_ratio = "n/a (LB is for the unmasked map)" if bool(k[2]) else f"{unmasked[-1][3]:.3g}"
-        out.append(f"| {k[0]}{random_tag(g)} | {k[1]} | {'causal' if k[2] else 'none'} | {MAPS.get(k[4], k[4])} | "
-                   f"{g['radius'].iloc[0]:.1f} "
-                   f"({k[3]:g}x) | {g['head'].nunique()} | {g['gamma_R2'].median():.3g} | {fmt_fit(fb)} | "
-                   f"{np.nanmedian(per_head):.2f} | {fmt_fit(fh)} | "
-                   f"{fmt_fit(flb)} | "
-                   f"{fb['const_sqrt']:.3g} / {fh['const_sqrt']:.3g} | "
-                   f"{fmt_fit(loglog_fit(gb['n'], gb['paper_estimator']))} | {lb_ratio} |")
-    out.append("\n" + _adversarial_verdict(unmasked))
-    out.append(f"""
-**What differs from the paper and why.**
-{differs_models(table)}
-- *Adversarial R*: factor x the mean token radius of the layer's real inputs, not the paper's 15.5 / 21.5 / 100.
-- *Map* column: "W^O" = the self-attention layer with its output projection and biases (ours); "self" = Hugging
-  Face's `attention.self` (heads concatenated, no W^O), the map the authors' adversarial code measured.
-- *Masked rows* (ours): Prop. 3.4's input fed to the causally masked map (Thm 4.3 keeps the Thm 3.3 bound).
-  Prop. 3.4's lower bound is proved for the unmasked map, so it is n/a there; the head-alone slope under the
-  mask is the number to hold against sqrt(n).
-""")
-    return "\n".join(out)
-
-
