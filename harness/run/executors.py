@@ -6,6 +6,7 @@ come from `squeue`, so a cancelled, timed-out or killed job is reported even on 
 (where submitit's `sacct` fails and would wait for its result forever)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -85,6 +86,7 @@ def _execute_pool(specs: List[CellSpec], cfg, desc: str, threads: int) -> List[C
     out: List[CellStatus] = []
     with _pbar(len(specs), desc, cfg.progress) as bar:
         dead = _pool_round(specs, cfg.jobs, threads, cfg.fresh_workers, out, bar)
+        retried = {s.key for s in dead}
         if dead:
             print(f"warning: a worker process died (killed by the OS: out of memory?) with {len(dead)} cell(s) "
                   f"unfinished; retrying them in fresh worker processes", file=sys.stderr)
@@ -97,7 +99,16 @@ def _execute_pool(specs: List[CellSpec], cfg, desc: str, threads: int) -> List[C
                     out.append(lost(s, "worker process died even running this cell alone (killed by the OS: "
                                        "out of memory? see `dmesg`); lower its size or run with more memory"))
                     bar.update()
-    return out
+    return [_own(st, retried) for st in out]
+
+
+def _own(st: CellStatus, retried: set) -> CellStatus:
+    """A retried cell found done ("elsewhere") was finished by this run's own worker: a pool that breaks fails every
+    unfinished future, including those whose worker had written the cell file and was sending its result. It was
+    computed here, and is counted so."""
+    if st.status == "elsewhere" and st.key in retried:
+        return dataclasses.replace(st, status="ok")
+    return st
 
 
 def _pool_round(specs: List[CellSpec], jobs: int, threads: int, fresh: bool, out: List[CellStatus], bar
