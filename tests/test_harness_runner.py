@@ -356,39 +356,6 @@ def test_dead_worker_loses_no_other_cell(fake, monkeypatch, tmp_path):
     assert (r.computed, r.cached, r.failed) == (1, 5, 0)
 
 
-def test_a_cell_finished_as_its_pool_broke_counts_as_computed(fake, monkeypatch):
-    """A breaking pool fails every unfinished future, also one whose worker had already written the cell file: its
-    retry then finds the cell done ("elsewhere"). This run's own worker computed it, so it counts as computed, and
-    the run's counts stay (computed, failed) = (all but the killer, the killer) whatever the timing."""
-    from harness.run import executors
-    from harness.run.specs import status_of
-
-    rounds = []
-
-    def fake_round(specs, jobs, threads, fresh, out, bar):
-        rounds.append([s.label for s in specs])
-        if len(rounds) == 1:  # the first cell finishes, then the pool breaks with the second one in flight too
-            out.append(status_of(specs[0], "ok"))
-            return list(specs[1:])
-        for s in specs:  # the retry: the second cell's file was written before the break
-            out.append(status_of(s, "elsewhere"))
-        return []
-
-    from harness.run.worker import make_spec
-
-    monkeypatch.setattr(executors, "_pool_round", fake_round)
-    cfg = fake.cfg(executor="process", jobs=2)
-    plan = runner.plan("_fake_squares", cfg, verify=False)
-    specs = [make_spec(plan.exp, t, cfg, progress=False) for t in plan.tasks[:3]]
-    out = executors._execute_pool(specs, cfg, "test", 1)
-    assert [st.status for st in out] == ["ok", "ok", "ok"] and len(rounds) == 2
-    # a cell another runner finished while this run's first round ran keeps its status
-    rounds.clear()
-    monkeypatch.setattr(executors, "_pool_round", lambda sp, *a: [a[3].append(status_of(s, "elsewhere"))
-                                                                   for s in sp] and [])
-    assert [st.status for st in executors._execute_pool(specs, cfg, "test", 1)] == ["elsewhere"] * 3
-
-
 def test_fresh_workers_run_each_cell_in_its_own_process(fake):
     cfg = fake.cfg(executor="process", jobs=2)
     cfg.fresh_workers = True
