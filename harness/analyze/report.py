@@ -201,8 +201,11 @@ def _coincident(series: dict, rtol: float = 0.10) -> dict:
     for m, s in series.items():
         for other in seen:
             o = series[other]
-            if o.index.equals(s.index) and np.allclose(o.values, s.values, rtol=rtol, atol=0):
+            if not o.index.equals(s.index):
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
                 dist = float(np.max(np.abs(s.values - o.values) / np.abs(o.values)))
+            if dist <= rtol:  # relative to the earlier series, as the label states it
                 same[m] = (same[other][0] if other in same else other, 0.0 if dist <= 1e-9 else dist)
                 break
         seen.append(m)
@@ -290,7 +293,7 @@ def layer_plot(df, path, meta: Optional[dict] = None) -> None:
     fig.suptitle("Attention layers: each bound as a multiple of the true local Lipschitz constant\n"
                  + _about(df, meta), fontsize=11)
     gloss = _glossary(shown, int(16 * fig.get_figwidth()))
-    fig.tight_layout(rect=(0, 0.012 * (gloss.count("\n") + 2), 1, 1))
+    fig.tight_layout(rect=(0, 0.12 * (gloss.count("\n") + 2) / fig.get_figheight(), 1, 1))  # footnote lines, inches
     fig.text(0.01, 0.005, gloss, fontsize=7, va="bottom", ha="left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
