@@ -176,9 +176,8 @@ def heatmap(df, path, meta: Optional[dict] = None) -> None:
     gloss = _glossary(methods, int(15 * fig.get_figwidth()))
     if layer_only:
         gloss += "\nNot per head (bounds of the whole layer only): " + ", ".join(SHORT.get(m, m) for m in layer_only)
-    foot = 0.12 * (gloss.count("\n") + 2) / fig.get_figheight()  # the footnote's lines, as a figure fraction
+    foot = _footnote(fig, gloss)
     fig.get_layout_engine().set(rect=(0, foot, 1, 1 - foot))  # (left, bottom, width, height)
-    fig.text(0.01, 0.005, gloss, fontsize=7, va="bottom", ha="left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -232,6 +231,13 @@ def _glossary(methods, width: int) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap("; ".join(f"{SHORT.get(m, m)} = {_label(m)}" for m in methods), width))
+
+
+def _footnote(fig, text: str) -> float:
+    """Write `text` small at the bottom of `fig`; returns the figure fraction its lines take (plus one line of
+    margin), which the layout must keep free."""
+    fig.text(0.01, 0.005, text, fontsize=7, va="bottom", ha="left")
+    return 0.12 * (text.count("\n") + 2) / fig.get_figheight()
 
 
 def _about(df, meta: Optional[dict]) -> str:
@@ -292,9 +298,7 @@ def layer_plot(df, path, meta: Optional[dict] = None) -> None:
             ax.set_title("Bounds on the local Lipschitz constant", fontsize=10)
     fig.suptitle("Attention layers: each bound as a multiple of the true local Lipschitz constant\n"
                  + _about(df, meta), fontsize=11)
-    gloss = _glossary(shown, int(16 * fig.get_figwidth()))
-    fig.tight_layout(rect=(0, 0.12 * (gloss.count("\n") + 2) / fig.get_figheight(), 1, 1))  # footnote lines, inches
-    fig.text(0.01, 0.005, gloss, fontsize=7, va="bottom", ha="left")
+    fig.tight_layout(rect=(0, _footnote(fig, _glossary(shown, int(16 * fig.get_figwidth()))), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -22,6 +22,11 @@ def grid_values(table, col: str) -> str:
     return "/".join(str(v) for v in vals) or "?"
 
 
+def fine_tuned(table) -> bool:
+    """Whether the rows' ViT was fine-tuned from a checkpoint (the paper scale's `vit_init`), not from scratch."""
+    return "vit_init" in table.columns and bool(table["vit_init"].notna().any())
+
+
 def trained_as(table, detail: bool = False) -> str:
     """How the rows' ViT was trained, as one clause read from the table (the figure notes and the summary both say
     it): fine-tuned from a checkpoint at the paper scale, else trained from scratch. detail: also how the checkpoint
@@ -29,7 +34,7 @@ def trained_as(table, detail: bool = False) -> str:
     def joined(c, sep="/"):
         return sep.join(str(v) for v in dict.fromkeys(table[c].dropna())) if c in table.columns else "?"
 
-    if "vit_init" in table.columns and table["vit_init"].notna().any():
+    if fine_tuned(table):
         lr = "/".join(f"{v:g}" for v in sorted(set(table["lr"].dropna()))) if "lr" in table.columns else "?"
         adapted = ("the checkpoint's patch embedding resampled, positions interpolated, q/k/v biases removed as the "
                    "paper" if detail else "q/k/v biases removed")
@@ -45,7 +50,7 @@ def trained_as(table, detail: bool = False) -> str:
 def sweep_note(table, paper: str = "CIFAR-10 / CIFAR-100") -> str:
     """The substitution (model, data, budget) and the method codes. `paper`: the data of the paper's item the figure
     reproduces (Tables 1-4 cover both CIFARs; Figs. 4 and 5 are CIFAR-100 only)."""
-    scratch = not ("vit_init" in table.columns and table["vit_init"].notna().any())
+    scratch = not fine_tuned(table)
     used = [str(v) for v in table["data_used"].dropna().unique()] if "data_used" in table.columns else []
     why = (["CIFAR-10 planned, unreachable"] if any("(substitute for cifar10)" in v for v in used) else []) \
         + (["no ViT-B checkpoint offline, CPU budget"] if scratch else [])

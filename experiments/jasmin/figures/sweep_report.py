@@ -7,7 +7,7 @@ for the Fashion-MNIST stand-in.
 from __future__ import annotations
 
 from experiments.figures.common import dataset_name
-from experiments.jasmin.figures.sweep import grid_values, trained_as
+from experiments.jasmin.figures.sweep import fine_tuned, grid_values, trained_as
 
 # Paper Table 3 (ViT-B fine-tuned on CIFAR-100): Standard, FGSM2, FGSM4, PGD2 (4 steps), PGD4, AA2 (%).
 PAPER_CIFAR100 = {
@@ -151,7 +151,7 @@ def summary(table) -> str:
 
 def _recipe(table) -> str:
     """How the rows' ViT was trained, against the paper's ImageNet-pretrained ViT-B fine-tuned 40 epochs."""
-    if "vit_init" in table.columns and table["vit_init"].notna().any():
+    if fine_tuned(table):
         return trained_as(table, detail=True) + "; "
     return (trained_as(table) + " of batch 128 on CPU instead of an ImageNet-pretrained ViT-B (patch 4) fine-tuned "
             "40 epochs with SGD, CutMix and MixUp; ")
