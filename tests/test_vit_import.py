@@ -288,3 +288,22 @@ def test_the_processors_normalisation_is_folded_into_the_patch_embedding(tmp_pat
         (tmp_path / "preprocessor_config.json").write_text(json.dumps(bad))
         with pytest.raises(VI.BadCheckpoint, match="preprocessor_config.json"):
             VI.vit_from_hf(str(tmp_path), image_size=16, patch=4, n_classes=3)
+
+
+@pytest.mark.parametrize("ckpt_patch,patch", [(8, 4), (4, 8), (4, 4)])
+def test_folding_follows_the_resampled_kernel(tmp_path, ckpt_patch, patch):
+    """Folded at any resampling, our model on [0, 1] pixels equals the same checkpoint imported without
+    normalisation on the normalised pixels. Shrinking (8 -> 4) fails when the P x P kernel is folded before the
+    resampling: the pseudo-inverse does not keep the kernel's sum, on which the folded bias depends."""
+    mean, std = [0.5, 0.4, 0.3], [0.5, 0.25, 0.2]
+    for name in ("norm", "plain"):
+        save_hf(tmp_path / name, patch_size=ckpt_patch)
+    (tmp_path / "norm" / "preprocessor_config.json").write_text(json.dumps(
+        {"do_normalize": True, "image_mean": mean, "image_std": std}))
+    folded = VI.vit_from_hf(str(tmp_path / "norm"), image_size=16, patch=patch, n_classes=3).double()
+    plain = VI.vit_from_hf(str(tmp_path / "plain"), image_size=16, patch=patch, n_classes=3).double()
+    x = torch.rand(2, 3, 16, 16, dtype=D64, generator=torch.Generator().manual_seed(5))
+    normed = (x - torch.tensor(mean, dtype=D64).view(1, 3, 1, 1)) / torch.tensor(std, dtype=D64).view(1, 3, 1, 1)
+    with torch.no_grad():
+        assert (folded.tokens(x) - plain.tokens(normed)).abs().max() < 1e-5  # float32 weights
+        assert (final_hidden(folded, x) - final_hidden(plain, normed)).abs().max() < 1e-4

@@ -20,7 +20,9 @@ layernorm_before/after -> ln1/ln2, intermediate.dense / output.dense -> mlp[0] /
 from layer_norm_eps. The head is a new Linear(d, n_classes) seeded by `seed` (the checkpoint's classifier is for
 ImageNet's classes and is ignored, as is the pooler). Inputs are [0, 1] pixels: the image processor's
 normalisation (x - mean) / std (preprocessor_config.json; 0.5 and 0.5 for google/vit-base-patch16-224) is folded
-into the patch projection, so the imported model computes on x what the checkpoint computes on its normalised x.
+into the (resampled) patch projection, so the imported model computes on x what the checkpoint, with its kernels
+resampled, computes on its normalised x. The fold comes after the resampling: the folded bias depends on the
+kernel's sum, which the pseudo-inverse keeps when growing a kernel but not when shrinking it.
 
 Patch resampling (FlexiViT, Beyer et al. 2023; timm's resample_patch_embed): a P x P patch x seen as p x p is
 resize(x) = B x, B the (p^2, P^2) matrix of bilinear resizing (antialiased when shrinking, as FlexiViT's
@@ -283,13 +285,14 @@ def input_normalisation(folder: Path, channels: int) -> Optional[Tuple[list, lis
 
 
 def fold_normalisation(weight: Tensor, bias: Tensor, norm: Optional[Tuple[list, list]]) -> Tuple[Tensor, Tensor]:
-    """The patch projection (weight (d, C, P, P), bias (d,)) that maps [0, 1] pixels x to what the checkpoint maps
-    (x - mean) / std to: weight / std per channel, bias - sum(weight * mean / std). Unchanged when norm is None."""
+    """The patch projection (weight (d, C, p, p), bias (d,)) that maps [0, 1] pixels x to what the checkpoint maps
+    (x - mean) / std to: weight / std per channel, bias - sum(weight * mean / std). Unchanged when norm is None.
+    `weight` is the kernel as the model will use it (after any resampling), since the bias depends on its sum."""
     if norm is None:
         return weight, bias
     C = weight.shape[1]
     m, s = (torch.tensor(v, dtype=torch.float64).reshape(1, C, 1, 1) for v in norm)
-    w = weight.to(torch.float64) / s  # float64 on to the resampling; load_state_dict rounds once
+    w = weight.to(torch.float64) / s  # float64; load_state_dict rounds once
     return w, bias.to(torch.float64) - (w * m).sum(dim=(1, 2, 3))
 
 
@@ -320,9 +323,11 @@ def vit_from_hf(source: str, image_size: int = 32, patch: int = 4, n_classes: in
     def take(key, *shape):
         return _take(tensors, where, prefix, key, shape, used, folder)
 
-    W, b = fold_normalisation(take("embeddings.patch_embeddings.projection.weight", d, C, P, P),
-                              take("embeddings.patch_embeddings.projection.bias", d), input_normalisation(folder, C))
-    sd = {"embed.weight": resample_patch_embed(W, patch).reshape(d, C * patch * patch), "embed.bias": b,
+    # Resample first, then fold: the folded bias uses the kernel's sum, which the pseudo-inverse does not keep
+    # when it shrinks a kernel; folding the P x P kernel would give a bias that is wrong for the p x p one.
+    W = resample_patch_embed(take("embeddings.patch_embeddings.projection.weight", d, C, P, P).to(torch.float64), patch)
+    W, b = fold_normalisation(W, take("embeddings.patch_embeddings.projection.bias", d), input_normalisation(folder, C))
+    sd = {"embed.weight": W.reshape(d, C * patch * patch), "embed.bias": b,
           "cls": take("embeddings.cls_token", 1, 1, d),
           "pos": interpolate_pos(take("embeddings.position_embeddings", 1, 1 + G * G, d), image_size // patch),
           "norm.weight": take("layernorm.weight", d), "norm.bias": take("layernorm.bias", d)}
