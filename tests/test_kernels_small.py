@@ -1,0 +1,179 @@
+"""harness.kernels.small: the NumPy Lanczos for small CPU problems. Its values equal the dense float64 singular
+values of the explicit eq. 12 / eq. 20 matrices and the torch solver's; its certified estimates lie above the truth;
+one operator's run takes the torch solver's steps and certificate exactly (same schedule); rows it cannot finish in
+its basis are handed to the thick-restart solver; breakdowns, non-finite operators and float32 behave as there."""
+from __future__ import annotations
+
+import math
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+from harness.bounds import lofast as L
+from harness.bounds.lofast_ops import m_dense_matrix, m_gram, prepare, zeta_dense_matrix, zeta_gram
+from harness.kernels import krylov, lanczos_steps, small
+from harness.kernels.attention import AttentionWeights
+
+D64 = torch.float64
+
+
+def lofast_case(n=9, d=8, h=2, B=3, seed=0, scale=1.0, repeat=False, dtype=D64):
+    g = torch.Generator().manual_seed(seed)
+    w = AttentionWeights.random(d, h, scale=1.0, dtype=dtype, generator=g)
+    X = torch.randn(B, n, d, dtype=dtype, generator=g)
+    if repeat:  # every token the same: uniform attention, a degenerate (repeated) spectrum
+        X = X[:, :1].expand(B, n, d).clone()
+    return scale * X / X.norm(dim=-1, keepdim=True), w
+
+
+def dense_sigma(M: torch.Tensor) -> float:
+    return float(torch.linalg.svdvals(M)[0])
+
+
+def ops(X, w):
+    w = prepare(X, w)
+    return {"zeta": zeta_gram(X, w, True)[0], "zeta_nores": zeta_gram(X, w, False)[0],
+            "m_domain": m_gram(X, w, "domain")[0], "m_codomain": m_gram(X, w, "codomain")[0]}
+
+
+def start(op, seed=1, dtype=D64):
+    return torch.randn(op.scale.shape[0], op.dim, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("kind", ["zeta", "zeta_nores", "m_domain", "m_codomain"])
+@pytest.mark.parametrize("case", [dict(), dict(scale=30.0), dict(repeat=True)], ids=["random", "one-hot", "repeated"])
+def test_equals_the_torch_solver(kind, case):
+    """Same values (to rounding), same convergence, the same vectors up to sign; near-one-hot attention (tokens
+    scaled 30x) and repeated tokens (a degenerate spectrum) included."""
+    X, w = lofast_case(**case)
+    op = ops(X, w)[kind]
+    x0 = start(op)
+    a = krylov.lanczos(op, x0, tol=1e-12, krylov=40, fail_prob=1e-9)
+    b = small.lanczos(op, x0, tol=1e-12, krylov=40, fail_prob=1e-9)
+    assert bool(b.converged.all()) and torch.equal(a.converged, b.converged)
+    assert float(((a.value - b.value) / a.value).abs().max()) < 1e-12
+    assert float((a.vector * b.vector).sum(-1).abs().min()) > 1 - 1e-8
+    assert bool((b.upper >= b.value).all())
+
+
+def test_one_operator_takes_the_torch_solvers_steps_and_certificate():
+    """On one operator the test schedule is the torch solver's (next_check): same products, same first-cycle
+    Krylov dimension, hence the same Kuczynski-Wozniakowski estimate."""
+    X, w = lofast_case(n=16, d=16, h=2, B=1)
+    for op in ops(X, w).values():
+        x0 = start(op)
+        a = krylov.lanczos(op, x0, tol=1e-10, krylov=60, min_steps=12, fail_prob=1e-9)
+        b = small.lanczos(op, x0, tol=1e-10, krylov=60, min_steps=12, fail_prob=1e-9)
+        if op.scale.shape[0] == 1:
+            assert torch.equal(a.steps, b.steps) and a.products == b.products
+            assert torch.allclose(a.kw_eps, b.kw_eps, rtol=0, atol=0)
+            assert float(((a.upper - b.upper) / a.upper).abs().max()) < 1e-12
+    for op in ops(X, w).values():  # min_steps holds for every operator, however early it would converge
+        r = small.lanczos(op, start(op), tol=1e-3, krylov=60, min_steps=30, fail_prob=1e-9)
+        assert bool((r.steps >= 30).all()) and bool((r.kw_eps == krylov.kw_epsilon(op.dim, r.steps, 1e-9)).all())
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_values_equal_dense_float64_and_certificates_lie_above(residual):
+    """Through lofast.zeta / m_norms with the solver routed here: every value equals the top singular value of the
+    explicit eq. 12 / eq. 20 matrix, and the certified estimate is >= it."""
+    X, w = lofast_case(n=7, d=6, h=2, B=4, seed=3)
+    with mock.patch.object(L, "lanczos", small.solve):
+        z, zi = L.zeta(X, w, residual, tol=1e-12, return_info=True)
+        m, mi = L.m_norms(X, w, tol=1e-12, return_info=True)
+    for b in range(len(X)):
+        truth = dense_sigma(zeta_dense_matrix(X[b], w, residual))
+        assert abs(float(z[b]) - truth) <= 1e-10 * truth
+        assert float(zi.zeta.upper[b]) >= truth
+        for l in range(w.h):
+            t = dense_sigma(m_dense_matrix(X[b], w, l))
+            assert abs(float(m[b, l]) - t) <= 1e-10 * t and float(mi.m.upper[b, l]) >= t
+
+
+def test_rows_unconverged_in_the_basis_go_to_the_thick_restart_solver():
+    """A basis of 4 vectors cannot reach tol 1e-12: those rows get the restarted solver's answer, from their own
+    start, and its products are added."""
+    X, w = lofast_case(n=9, d=8, h=2, B=2)
+    op = ops(X, w)["m_domain"]
+    x0 = start(op)
+    ref = krylov.lanczos(op, x0, tol=1e-12, krylov=4, fail_prob=1e-9)
+    got = small.lanczos(op, x0, tol=1e-12, krylov=4, fail_prob=1e-9)
+    assert bool(got.converged.all())
+    assert float(((ref.value - got.value) / ref.value).abs().max()) < 1e-12
+    assert torch.equal(got.steps, ref.steps + 4) and got.products == ref.products + 4
+    assert torch.equal(got.upper, ref.upper)
+
+
+def test_breakdown_is_exact():
+    """A rank-deficient operator: the Krylov space becomes invariant, the value is exact and the KW eps is 0."""
+    X, w = lofast_case(n=3, d=8, h=1, B=1)
+    op = ops(X, w)["m_domain"]  # N = n r = 3 x 8 = 24, rank <= 9
+    r = small.lanczos(op, start(op), tol=1e-14, krylov=40, fail_prob=1e-9)
+    truth = dense_sigma(m_dense_matrix(X[0], w, 0))
+    assert bool(r.converged.all()) and float(r.rel[0]) == 0.0 and float(r.kw_eps[0]) == 0.0
+    assert abs(float(r.value[0]) - truth) <= 1e-12 * truth and int(r.steps[0]) < op.dim
+
+
+def test_non_finite_operators_are_never_converged():
+    X, w = lofast_case(B=2)
+    op = ops(X, w)["zeta"]
+    op.P = op.P.clone()
+    op.P[1, 0, 0, 0] = float("nan")
+    x0 = start(op)
+    a = krylov.lanczos(op, x0, tol=1e-10, fail_prob=1e-9)
+    b = small.lanczos(op, x0, tol=1e-10, fail_prob=1e-9)
+    assert torch.equal(a.converged, b.converged) and b.converged.tolist() == [True, False]
+    assert math.isnan(float(b.upper[1])) and math.isinf(float(b.rel[1]))
+    assert float((a.value[0] - b.value[0]).abs() / a.value[0]) < 1e-12
+
+
+def test_float32():
+    X, w = lofast_case(dtype=torch.float32)
+    for kind, op in ops(X, w).items():
+        x0 = start(op, dtype=torch.float32)
+        a = krylov.lanczos(op, x0, tol=1e-5)
+        b = small.lanczos(op, x0, tol=1e-5)
+        assert b.value.dtype == torch.float32 and bool(b.converged.all()), kind
+        assert float(((a.value - b.value) / a.value).abs().max()) < 1e-5, kind
+
+
+def test_next_test_is_next_check_for_one_operator():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        k_prev = int(rng.integers(0, 30))
+        k = k_prev + int(rng.integers(0, 8))
+        now, prev = (float(10 ** rng.uniform(-14, 0)) for _ in range(2))
+        if rng.random() < 0.1:
+            prev = math.inf
+        args = (k, now, prev, k_prev, 1e-10, *(int(rng.integers(lo, hi)) for lo, hi in ((1, 5), (0, 40), (0, 40))))
+        ref = lanczos_steps.next_check(args[0], torch.tensor([now], dtype=D64), torch.tensor([prev], dtype=D64),
+                                       *args[3:])
+        assert small.next_test(*args) == ref, args
+
+
+def test_where_it_applies():
+    X, w = lofast_case(B=2)
+    op = ops(X, w)["zeta"]
+    x0 = start(op)
+    assert small.applies(op, x0) and small.applies(op, x0.float())
+    assert not small.applies(op, x0.half())
+    assert not small.applies(op, torch.zeros(small.SMALL_MAX_BATCH + 1, op.dim, dtype=D64))
+    assert not small.applies(op, torch.zeros(2, small.SMALL_MAX_DIM + 1, dtype=D64))
+    gram = krylov.CallableGram(lambda v: v, lambda v: v, (2,), (op.dim,), x0)
+    assert not small.applies(gram, x0)
+    with mock.patch.object(small, "restarted_lanczos", wraps=krylov.lanczos) as torch_solver:
+        small.solve(op, x0, tol=1e-8)
+        assert torch_solver.call_count == 0
+        small.solve(gram, x0, tol=1e-8)
+        assert torch_solver.call_count == 1
+
+
+def test_bad_arguments():
+    X, w = lofast_case(B=1)
+    op = ops(X, w)["zeta"]
+    with pytest.raises(ValueError, match="reorth"):
+        small.lanczos(op, start(op), reorth="some")
+    with pytest.raises(ValueError, match="krylov"):
+        small.lanczos(op, start(op), krylov=1)
