@@ -7,28 +7,33 @@ costs tens of microseconds (docs/notes/kernels.md, "Where the time goes"). The s
 arrays pays about 1 us per operation, and the reduced operators' products (`MGram`, `ZetaGram`) are written here
 on NumPy views of their factors (zero-copy), so a step costs a handful of small BLAS calls.
 
-What it computes is what `krylov.lanczos` computes for a run that converges within its first cycle: Lanczos from
-the same unit start, two classical Gram-Schmidt passes per step ("twice is enough"), the same relative Ritz
-residual test (beta |y_k| / theta < tol, never before `min_steps`, on the schedule of `lanczos_steps.next_check`,
-and at once on a breakdown or a non-finite value), the same breakdown rule (beta <= 100 eps ||H||, or a basis
-spanning the space) and the same outputs through `krylov.Outputs` (sigma = sqrt(theta) c; the Kuczynski-Wozniakowski estimate from
-the first cycle's Krylov dimension, padded for rounding). The projected matrix is kept tridiagonal (the
-reorthogonalization coefficients off the tridiagonal are at rounding level), so values equal the torch solver's to
-rounding (tested against it and against dense float64 eigenvalues).
+What it computes is what `krylov.lanczos` computes for a batch that converges within its first cycle, row for
+row: Lanczos from the same unit start, the active rows in lockstep (one step of each at a time), two classical
+Gram-Schmidt passes per step ("twice is enough"), the same relative Ritz residual test (beta |y_k| / theta < tol,
+never before `min_steps`) on the same schedule (`lanczos_steps.next_check`, over the active rows, and at once on
+a breakdown or a non-finite value), the same breakdown rule (beta <= 100 eps ||H||, or a basis spanning the
+space) and the same outputs through `krylov.Outputs` (sigma = sqrt(theta) c; the Kuczynski-Wozniakowski estimate
+from the first cycle's Krylov dimension, padded for rounding). So every row takes the torch solver's steps and
+gets its certificate, and the values agree to rounding: the projected matrix is kept tridiagonal here (the
+reorthogonalization coefficients off the tridiagonal are at rounding level). Tested against the torch solver and
+against dense float64 singular values.
 
 It does not restart: rows still unconverged when the basis (`krylov` vectors) is full are handed to
-`krylov.lanczos` from their own start, which then decides their results (its products are added), so a slow
-problem gets the thick-restart solver's answer and certificate exactly.
+`krylov.lanczos` from their own start, which then decides their results: a slow problem gets the thick-restart
+solver's answer, steps and certificate (with the test schedule of the rows handed over), at the cost of its first
+cycle twice (`products` counts both). Where the torch solver would reorthogonalize partially (large spaces or
+bases) this module hands the whole batch to it.
 
-`applies(op, x0)` says where it is meant to run: CPU tensors, float32 / float64, dimension <= SMALL_MAX_DIM and at
-most SMALL_MAX_BATCH operators (larger batches amortize torch's dispatch over the batch, and larger spaces are
-bound by their products, where torch's kernels are as fast). `solve` picks between the two solvers by that rule.
+`applies(op, x0)` says where it is meant to run: reduced LoFAST operators on the CPU, float32 / float64, dimension
+<= SMALL_MAX_DIM and at most SMALL_MAX_BATCH operators (larger batches amortize torch's dispatch over the batch,
+and larger spaces are bound by their products, where torch's kernels are as fast). `solve` picks the solver by
+that rule.
 """
 from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import scipy.linalg
@@ -37,18 +42,26 @@ import torch
 from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, unit_start
 from harness.kernels.krylov import lanczos as restarted_lanczos
 from harness.kernels.operators import MGram, ZetaGram
+from harness.settings import PARTIAL_MIN_BYTES, PARTIAL_MIN_DIM
 
 Tensor = torch.Tensor
 
-SMALL_MAX_DIM = 4096  # N above which the products dominate (n = 32, d = 64: zeta's N = 2048, ||M_l||'s 1024)
+SMALL_MAX_DIM = PARTIAL_MIN_DIM - 1  # larger N: products dominate, and the torch solver reorthogonalizes partially
 SMALL_MAX_BATCH = 8  # operators per call above which the batched torch solver amortizes its dispatch
 
 
 def applies(op: GramOperator, x0: Tensor) -> bool:
     """Whether the NumPy solver is the faster one for this batch (module docstring)."""
     B, N = x0.shape
-    return (isinstance(op, (MGram, ZetaGram)) and x0.device.type == "cpu" and op.scale.device.type == "cpu"
-            and x0.dtype in (torch.float32, torch.float64) and N <= SMALL_MAX_DIM and 0 < B <= SMALL_MAX_BATCH)
+    return _handles(op, x0) and N <= SMALL_MAX_DIM and B <= SMALL_MAX_BATCH
+
+
+def _handles(op: GramOperator, x0: Tensor) -> bool:
+    """Operators this module has NumPy products for, on the CPU, in the start's float dtype (a mismatch goes to
+    the torch solver, which refuses it)."""
+    factor = op.K if isinstance(op, MGram) else op.P if isinstance(op, ZetaGram) else None
+    return (factor is not None and x0.shape[0] > 0 and x0.device.type == "cpu" and factor.device.type == "cpu"
+            and x0.dtype in (torch.float32, torch.float64) and factor.dtype == x0.dtype)
 
 
 def solve(op: GramOperator, x0: Tensor, **opts) -> LanczosResult:
@@ -102,16 +115,19 @@ def _top(a: np.ndarray, b: np.ndarray):
     return (float(w[0]), z[:, 0]) if info == 0 else (math.nan, np.full(k, np.nan))
 
 
-def next_test(k: int, rel_now: float, rel_prev: float, k_prev: int, tol: float, check_every: int, min_steps: int,
-              steps: int) -> int:
-    """`lanczos_steps.next_check` for one operator, on Python floats (its torch form costs more than a step here):
-    every `check_every` steps near convergence, up to 4 x further while the residual, extrapolated geometrically
-    from the last two tests, is far from tol; never before `min_steps` products."""
-    gap = check_every
-    if all(map(math.isfinite, (rel_now, rel_prev))) and 0 < rel_now < rel_prev and k > k_prev:
-        rate = (math.log(rel_now) - math.log(rel_prev)) / (k - k_prev)
-        need = max((math.log(tol) - math.log(rel_now)) / rate, 0.0)
-        gap = int(min(max(check_every, need // 2), 4 * check_every))
+def next_test(k: int, rel_now: Sequence[float], rel_prev: Sequence[float], k_prev: int, tol: float,
+              check_every: int, min_steps: int, steps: int) -> int:
+    """`lanczos_steps.next_check` on Python floats (its torch form costs more than a step here), over the active
+    rows' residuals at this test and the last: every `check_every` steps near convergence, up to 4 x further while
+    the fastest row's residual, extrapolated geometrically, is far from tol; never before `min_steps` products."""
+    gap, need = check_every, None
+    for now, prev in zip(rel_now, rel_prev):
+        if math.isfinite(now) and math.isfinite(prev) and 0 < now < prev and k > k_prev:
+            rate, ahead = (math.log(now) - math.log(prev)) / (k - k_prev), math.log(tol) - math.log(now)
+            steps_to_tol = ahead / rate if rate else (math.inf if ahead > 0 else 0.0)  # torch: x / 0 = +-inf
+            need = max(steps_to_tol, 0.0) if need is None else min(need, max(steps_to_tol, 0.0))
+    if need is not None:
+        gap = int(min(max(check_every, need // 2), 4 * check_every))  # Python's float arithmetic, as next_check's
     return k + max(gap, min_steps - steps)
 
 
@@ -126,72 +142,95 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     if int(krylov) < 2:
         raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
     B, N = x0.shape
-    if not (isinstance(op, (MGram, ZetaGram)) and B and x0.device.type == "cpu"):
-        return restarted_lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth)
     m = max(1, min(int(krylov), iters + 1, N))
+    lean = N >= PARTIAL_MIN_DIM or B * (m + 1) * N * x0.element_size() >= PARTIAL_MIN_BYTES  # as krylov.lanczos
+    if not _handles(op, x0) or lean or reorth == "partial":  # partial reorthogonalization: the torch solver's
+        return restarted_lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth)
     x = unit_start(x0.detach()).numpy()
-    rec = dict(theta=np.zeros(B, x.dtype), conv=np.zeros(B, bool), vec=np.zeros((B, N), x.dtype),
-               steps=np.zeros(B, np.int64), rel=np.full(B, np.inf, x.dtype), first=np.zeros(B, np.int64),
-               broke=np.zeros(B, bool))
-    products = 0
-    for i, gram in enumerate(_products(op, x.dtype)):
-        row = _run(gram, x[i], m, iters, tol, check_every, min(min_steps, N))
-        for name, v in row.items():
-            rec[name][i] = v
-        products = max(products, int(row["steps"]))  # the torch solver counts products of the shrinking batch
+    rec, products = _iterate(_products(op, x.dtype), x, m, iters, tol, check_every, min(min_steps, N))
     out = Outputs(B, N, x0.dtype, x0.device)
     for name, arr in rec.items():
         setattr(out, name, torch.from_numpy(arr))
-    value, conv, vec, steps, rel, upper, kw = out.result(op.scale.to(x0.dtype), N, m, fail_prob)
+    value, conv, vec, steps, rel, upper, kw = out.result(op.scale.detach().to(x0.dtype), N, m, fail_prob)
+    passes = 2 * products
     handed = ~conv & (steps == m) & (steps < iters) & torch.isfinite(value)
     if bool(handed.any()):  # the basis filled up: the thick-restart solver decides these rows, from their own start
         r = restarted_lanczos(op.select(handed), x0[handed], iters, tol, krylov, keep, check_every, min_steps,
                               fail_prob, reorth)
-        for mine, theirs in ((value, r.value), (conv, r.converged), (vec, r.vector), (rel, r.rel)):
+        for mine, theirs in ((value, r.value), (conv, r.converged), (vec, r.vector), (rel, r.rel), (steps, r.steps)):
             mine[handed] = theirs
-        steps[handed] += r.steps  # the products of the first cycle here, then the restarted solver's
         if fail_prob is not None:
             upper[handed], kw[handed] = r.upper, r.kw_eps
-        products += r.products
-    return LanczosResult(value, conv, vec, steps, rel, upper, kw, products, 2 * products)
+        products, passes = products + r.products, passes + r.passes  # the work done: the first cycle twice
+    return LanczosResult(value, conv, vec, steps, rel, upper, kw, products, passes)
 
 
-def _run(gram, x: np.ndarray, m: int, iters: int, tol: float, check_every: int, min_steps: int) -> dict:
-    """Lanczos on one operator until its relative Ritz residual passes (or a breakdown, a non-finite value, the
-    product cap, or a full basis): theta, conv, vec, steps, rel, first (the Krylov dimension) and broke."""
-    N, dt = len(x), x.dtype
+def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: float, check_every: int,
+             min_steps: int):
+    """The first cycle, every active row one step at a time (so the test schedule is the batch's, as in the torch
+    solver). Returns the per-row records for `Outputs` (theta, conv, vec, steps, rel, first, broke) and the
+    products of the shrinking batch."""
+    B, N = x.shape
+    dt = x.dtype
     eps, tiny = float(np.finfo(dt).eps), float(np.finfo(dt).tiny)
-    V = np.zeros((m + 1, N), dt)
-    V[0] = x
-    a, b = np.zeros(m, dt), np.zeros(m, dt)
-    hmax, k = 0.0, 0
-    check_at, last_k, last_rel = max(check_every, min_steps), 0, math.inf
-    while True:
-        w = gram(V[k])
-        Vk = V[:k + 1]
-        c = Vk @ w  # classical Gram-Schmidt, twice
-        w -= c @ Vk
-        c2 = Vk @ w
-        w -= c2 @ Vk
-        c += c2
-        a[k] = c[k]
-        beta = math.sqrt(float(w @ w))  # NaN or inf when w is not finite (the scaled spectrum lies in [0, 1])
-        hm = max(hmax, float(np.abs(c).max()))
-        odd = not beta > 100 * eps * max(hm, beta, tiny)
-        hmax = max(hm, beta) if beta == beta else hm
-        b[k] = beta
+    rec = dict(theta=np.zeros(B, dt), conv=np.zeros(B, bool), vec=np.zeros((B, N), dt), steps=np.zeros(B, np.int64),
+               rel=np.full(B, np.inf, dt), first=np.zeros(B, np.int64), broke=np.zeros(B, bool))
+    V = np.zeros((B, m + 1, N), dt)
+    V[:, 0] = x
+    a, b = np.zeros((B, m), dt), np.zeros((B, m), dt)
+    hmax, beta = [0.0] * B, [0.0] * B
+    res: List[Optional[np.ndarray]] = [None] * B
+    active = list(range(B))
+    k = steps = last_k = 0
+    check_at = max(check_every, min_steps)
+    last_rel = [math.inf] * B
+    while active and steps < iters:
+        steps += 1
+        odd = False
+        for i in active:
+            w = grams[i](V[i, k])
+            Vk = V[i, :k + 1]
+            c = Vk @ w  # classical Gram-Schmidt, twice
+            w -= c @ Vk
+            c2 = Vk @ w
+            w -= c2 @ Vk
+            c += c2
+            a[i, k] = c[k]
+            bt = math.sqrt(float(w @ w))  # NaN or inf when w is not finite (the scaled spectrum lies in [0, 1])
+            hm = max(hmax[i], float(np.abs(c).max()))
+            odd = odd or not bt > 100 * eps * max(hm, bt, tiny)
+            hmax[i], beta[i], res[i] = (max(hm, bt) if bt == bt else hm), bt, w
+            b[i, k] = bt
         k += 1
-        full, last = k == m, k >= iters
+        full, last = k == m, steps >= iters
         if full or last or odd or k >= check_at or k >= N:
-            th, y = _top(a[:k], b[:k - 1])
-            broke = beta <= 100 * eps * max(hmax, tiny) or k >= N
-            rel = 0.0 if broke or not th > 0 else beta * abs(float(y[-1])) / max(th, tiny)
-            finite = math.isfinite(th) and math.isfinite(beta) and math.isfinite(rel)
-            conv = finite and ((rel < tol and k >= min_steps) or broke)
-            if conv or not finite or last or broke or full:
-                vec = y.astype(dt) @ V[:k]
-                return dict(theta=th, conv=conv, vec=vec / max(math.sqrt(float(vec @ vec)), tiny), steps=k,
-                            rel=rel if finite else math.inf, first=k, broke=broke and finite)
-            check_at = next_test(k, rel, last_rel, last_k, tol, check_every, min_steps, k)
-            last_k, last_rel = k, rel
-        V[k] = w / max(beta, tiny)
+            for i in list(active):
+                if _test(i, rec, a[i, :k], b[i, :k - 1], beta[i], hmax[i], V[i, :k], k, N, tol, min_steps, eps,
+                         tiny, last or full):
+                    active.remove(i)
+            if last or not active:
+                break
+            check_at = next_test(k, [float(rec["rel"][i]) for i in active], [last_rel[i] for i in active], last_k,
+                                 tol, check_every, min_steps, steps)
+            last_k, last_rel = k, [float(r) for r in rec["rel"]]
+        for i in active:
+            V[i, k] = res[i] / max(beta[i], tiny)
+    return rec, steps
+
+
+def _test(i: int, rec: dict, a, b, beta: float, hmax: float, Vk, k: int, N: int, tol: float, min_steps: int,
+          eps: float, tiny: float, stop: bool) -> bool:
+    """The convergence test of row i (krylov's `convergence_test` and `Outputs.record`): records it; True when the
+    row finishes (converged, broken down, non-finite, or `stop`: out of products or basis), with its Ritz vector."""
+    th, y = _top(a, b)
+    broke = beta <= 100 * eps * max(hmax, tiny) or k >= N
+    rel = 0.0 if broke or not th > 0 else beta * abs(float(y[-1])) / max(th, tiny)
+    finite = math.isfinite(th) and math.isfinite(beta) and math.isfinite(rel)
+    conv = finite and ((rel < tol and k >= min_steps) or broke)
+    rec["theta"][i], rec["steps"][i], rec["first"][i] = th, k, k
+    rec["rel"][i], rec["conv"][i], rec["broke"][i] = (rel if finite else math.inf), conv, broke and finite
+    if not (conv or not finite or broke or stop):
+        return False
+    vec = y.astype(Vk.dtype) @ Vk
+    rec["vec"][i] = vec / max(math.sqrt(float(vec @ vec)), tiny)
+    return True
