@@ -203,3 +203,15 @@ def test_bad_arguments():
         small.lanczos(op, start(op), reorth="some")
     with pytest.raises(ValueError, match="krylov"):
         small.lanczos(op, start(op), krylov=1)
+
+
+def test_unit_rows_is_unit_start():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 50)) * np.array([1, 1e200, 1e-200, 0, np.nan, np.inf])[:, None]
+    x[3] = 0
+    ref = krylov.unit_start(torch.from_numpy(x)).numpy()
+    got = small._unit_rows(x)
+    assert np.allclose(got, ref, rtol=1e-15, atol=0) and np.allclose(np.linalg.norm(got, axis=1), 1, rtol=1e-15)
+    x32 = (rng.standard_normal((3, 50)) * np.array([1, 1e30, 1e-30])[:, None]).astype(np.float32)
+    got32 = small._unit_rows(x32)
+    assert got32.dtype == np.float32 and np.allclose(got32, krylov.unit_start(torch.from_numpy(x32)).numpy(), rtol=1e-6)

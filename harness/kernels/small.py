@@ -39,7 +39,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, unit_start
+from harness.kernels.krylov import GramOperator, LanczosResult, Outputs
 from harness.kernels.krylov import lanczos as restarted_lanczos
 from harness.kernels.operators import MGram, ZetaGram
 from harness.settings import PARTIAL_MIN_BYTES, PARTIAL_MIN_DIM
@@ -102,6 +102,19 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     return [partial(zeta, P=P[i], PT=PT[i], res=float(res[i])) for i in range(len(P))]
 
 
+def _unit_rows(x0: np.ndarray) -> np.ndarray:
+    """`krylov.unit_start` in NumPy: rows normalized (by their largest entry first, so nothing overflows); a zero or
+    non-finite row becomes the constant unit vector."""
+    with np.errstate(all="ignore"):
+        m = np.abs(x0).max(axis=1, keepdims=True)
+        m = np.where((m > 0) & np.isfinite(m), m, 1.0)
+        y = x0 / m
+        nrm = np.sqrt(np.einsum("ij,ij->i", y, y))[:, None] * m
+        x = x0 / np.maximum(nrm, np.finfo(x0.dtype).tiny)
+    ok = np.isfinite(x).all(axis=1, keepdims=True) & (nrm > 0)
+    return np.where(ok, x, np.full_like(x, 1 / math.sqrt(x0.shape[1])))
+
+
 def _top(a: np.ndarray, b: np.ndarray):
     """Top eigenpair of the symmetric tridiagonal (a, b) by LAPACK's stemr on that index only: (theta, y); NaN
     where an entry is not finite or LAPACK fails."""
@@ -146,7 +159,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     lean = N >= PARTIAL_MIN_DIM or B * (m + 1) * N * x0.element_size() >= PARTIAL_MIN_BYTES  # as krylov.lanczos
     if not _handles(op, x0) or lean or reorth == "partial":  # partial reorthogonalization: the torch solver's
         return restarted_lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth)
-    x = unit_start(x0.detach()).numpy()
+    x = _unit_rows(x0.detach().numpy())
     rec, products = _iterate(_products(op, x.dtype), x, m, iters, tol, check_every, min(min_steps, N))
     out = Outputs(B, N, x0.dtype, x0.device)
     for name, arr in rec.items():
