@@ -9,6 +9,7 @@ venv_check.require("run_all.py")  # one line, not a traceback, outside the venv
 from harness import config, network  # noqa: E402
 
 config.prefer_passive_wait()  # before torch loads libgomp (harness.config.init_threads)
+config.portable_numerics()  # before torch picks its CPU code paths: results independent of AVX-512
 _note = network.offline_if_unreachable()  # before the hub libraries read their offline variables
 if _note:
     print(f"run_all.py: {_note}", file=sys.stderr)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 SCALES = ("full", "quick", "test", "paper")  # paper: the papers' own sizes, where an experiment declares them
 THREADS_ENV = "ATTNLIP_THREADS"
@@ -164,6 +164,41 @@ def prefer_passive_wait() -> bool:
     if "OMP_WAIT_POLICY" not in os.environ and "torch" not in sys.modules:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+
+
+PORTABLE_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+NATIVE_ISA_ENV = "ATTNLIP_NATIVE_ISA"
+
+
+def _has_avx2() -> bool:
+    """Whether this is an x86-64 Linux CPU with AVX2 (from /proc/cpuinfo; False where that cannot be read)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64") or not os.path.exists("/proc/cpuinfo"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx2" in line for line in f)
+    except OSError:
+        return False
+
+
+def portable_numerics() -> Dict[str, str]:
+    """Pin torch's CPU kernels to their AVX2 code paths (ATen's dispatch, MKL, oneDNN: PORTABLE_ISA) on x86-64
+    CPUs that have AVX2, so that results do not depend on whether the machine also has AVX-512; only before torch
+    is imported (each library reads its variable once), unless $ATTNLIP_NATIVE_ISA=1. A variable the user set
+    keeps the user's value. Child processes (pool workers, Slurm jobs) inherit the settings.
+
+    Why: AVX-512 and AVX2 kernels round differently (other summation orders and vector widths), about 1e-7 in a
+    float32 forward pass and 1e-4 after float32 training; results committed from an AVX2 machine then fail
+    `run_all.py --verify` (tolerance 1e-9) on an AVX-512 one, and reproduce when both run the AVX2 paths. NumPy's
+    BLAS (ARPACK, LAPACK eigensolvers) is not pinned. Returns the variables in effect (manifests record them)."""
+    import sys
+
+    if "torch" not in sys.modules and os.environ.get(NATIVE_ISA_ENV, "") in ("", "0") and _has_avx2():
+        for k, v in PORTABLE_ISA.items():
+            os.environ.setdefault(k, v)
+    return {k: os.environ[k] for k in PORTABLE_ISA if k in os.environ}
 
 
 def thread_choice(threads: Optional[int] = None, jobs: int = 1) -> ThreadChoice:

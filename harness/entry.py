@@ -27,6 +27,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from harness import config, network
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
+    config.portable_numerics()  # before torch picks its CPU code paths: results independent of AVX-512
     note = network.offline_if_unreachable() if cmd in ("analyze", "run", "data") else None
     if note:  # before the hub libraries read their offline variables
         print(f"attnlip: {note}", file=sys.stderr)

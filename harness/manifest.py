@@ -122,5 +122,21 @@ def environment(device: str) -> Dict[str, Any]:
         "device_name": device_name(device),
         "platform": platform.platform(),
         "host": platform.node(),
+        "numerics": numerics(),
         "argv": sys.argv,
     }
+
+
+def numerics() -> Dict[str, Any]:
+    """The CPU code paths torch computed with: ATen's dispatch level and the pinning variables in effect
+    (config.portable_numerics)."""
+    from .config import PORTABLE_ISA
+
+    out: Dict[str, Any] = {k: os.environ.get(k) for k in PORTABLE_ISA}
+    try:
+        import torch
+
+        out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        out["torch_cpu_capability"] = None
+    return out

@@ -174,3 +174,40 @@ def test_run_all_refuses_more_threads_than_cores(monkeypatch, capsys, tmp_path):
     assert "pass --threads 1 or less" in capsys.readouterr().err
     assert cli.main(["--threads", "2"] + base, out=lambda *a: None) == 0
     assert cli.main(["--threads", "8", "--executor", "submitit"] + base, out=lambda *a: None) == 0  # other nodes
+
+
+# ---- portable numerics: torch's CPU code paths pinned to AVX2 (config.portable_numerics) -------------------------
+PIN = "from harness import config; print('set:', config.portable_numerics()); import torch; " \
+      "print('capability:', torch.backends.cpu.get_cpu_capability())"
+
+
+def _fresh(code: str, **env) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in (*config.PORTABLE_ISA, config.NATIVE_ISA_ENV)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(base, **env), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.skipif(not config._has_avx2(), reason="pins only x86-64 CPUs with AVX2")
+def test_portable_numerics_pins_torch_to_avx2_before_it_loads():
+    out = _fresh(PIN)
+    assert "capability: AVX2" in out and "'MKL_CBWR': 'AVX2'" in out and "'ONEDNN_MAX_CPU_ISA': 'AVX2'" in out, out
+    assert "capability: AVX2" in _fresh("import runpy, sys; sys.argv = ['run_all.py', '--list']; "
+                                        "runpy.run_path('run_all.py', run_name='not_main'); import torch; "
+                                        "print('capability:', torch.backends.cpu.get_cpu_capability())")
+
+
+def test_portable_numerics_leaves_loaded_torch_the_user_and_native_alone():
+    assert "set: {}" in _fresh("import torch; " + PIN)  # too late: torch chose already, nothing claims otherwise
+    out = _fresh(PIN, ATEN_CPU_CAPABILITY="default")  # the user's value wins
+    assert "'ATEN_CPU_CAPABILITY': 'default'" in out and "capability: DEFAULT" in out, out
+    assert "set: {}" in _fresh(PIN, ATTNLIP_NATIVE_ISA="1")
+
+
+def test_manifests_record_the_code_paths():
+    from harness import manifest
+
+    got = manifest.environment("cpu")["numerics"]
+    assert set(got) == {*config.PORTABLE_ISA, "torch_cpu_capability"}
+    assert got["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
