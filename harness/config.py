@@ -166,7 +166,7 @@ def prefer_passive_wait() -> bool:
     return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
 
 
-PORTABLE_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PORTABLE_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 NATIVE_ISA_ENV = "ATTNLIP_NATIVE_ISA"
 
 
@@ -191,8 +191,10 @@ def portable_numerics() -> Dict[str, str]:
 
     Why: AVX-512 and AVX2 kernels round differently (other summation orders and vector widths), about 1e-7 in a
     float32 forward pass and 1e-4 after float32 training; results committed from an AVX2 machine then fail
-    `run_all.py --verify` (tolerance 1e-9) on an AVX-512 one, and reproduce when both run the AVX2 paths. NumPy's
-    BLAS (ARPACK, LAPACK eigensolvers) is not pinned. Returns the variables in effect (manifests record them)."""
+    `run_all.py --verify` (tolerance 1e-9) on an AVX-512 one, and reproduce when both run the AVX2 paths. MKL is
+    limited to AVX2 instructions (MKL_ENABLE_INSTRUCTIONS), not put in its reproducibility mode (MKL_CBWR, whose
+    other algorithms changed results of LipViT training). NumPy's BLAS (ARPACK, LAPACK eigensolvers) is not
+    pinned. Returns the variables in effect (manifests record them)."""
     import sys
 
     if "torch" not in sys.modules and os.environ.get(NATIVE_ISA_ENV, "") in ("", "0") and _has_avx2():
