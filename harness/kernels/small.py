@@ -92,14 +92,14 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     n, d, h, dh = op.n, op.d, op.h, op.dh
     P, Wv, Wo = as_np(op.P), as_np(op.Wv), as_np(op.Wo)
     PT = np.ascontiguousarray(P.transpose(0, 1, 3, 2))
-    res = as_np(op.res.reshape(-1).expand(len(P)))
+    res = op.res.detach().reshape(-1).tolist()  # (B,): 1 / scale with the residual, else 0
 
     def zeta(v, P, PT, res):
         G = v.reshape(n, d)
         T = (P @ (G @ Wv).reshape(n, h, dh).transpose(1, 0, 2)).transpose(1, 0, 2).reshape(n, h * dh) @ Wo + res * G
         Z = (T @ Wo.T).reshape(n, h, dh).transpose(1, 0, 2)
         return ((PT @ Z).transpose(1, 0, 2).reshape(n, h * dh) @ Wv.T + res * T).ravel()
-    return [partial(zeta, P=P[i], PT=PT[i], res=float(res[i])) for i in range(len(P))]
+    return [partial(zeta, P=P[i], PT=PT[i], res=res[i]) for i in range(len(P))]
 
 
 def _unit_rows(x0: np.ndarray) -> np.ndarray:
@@ -182,7 +182,7 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
              min_steps: int):
     """The first cycle, every active row one step at a time (so the test schedule is the batch's, as in the torch
     solver). Returns the per-row records for `Outputs` (theta, conv, vec, steps, rel, first, broke) and the
-    products of the shrinking batch."""
+    products of the shrinking batch. Without restarts a row's products equal its Krylov dimension k."""
     B, N = x.shape
     dt = x.dtype
     eps, tiny = float(np.finfo(dt).eps), float(np.finfo(dt).tiny)
@@ -194,11 +194,10 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
     hmax, beta = [0.0] * B, [0.0] * B
     res: List[Optional[np.ndarray]] = [None] * B
     active = list(range(B))
-    k = steps = last_k = 0
+    k = last_k = 0
     check_at = max(check_every, min_steps)
     last_rel = [math.inf] * B
-    while active and steps < iters:
-        steps += 1
+    while active and k < iters:
         odd = False
         for i in active:
             w = grams[i](V[i, k])
@@ -215,7 +214,7 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
             hmax[i], beta[i], res[i] = (max(hm, bt) if bt == bt else hm), bt, w
             b[i, k] = bt
         k += 1
-        full, last = k == m, steps >= iters
+        full, last = k == m, k >= iters
         if full or last or odd or k >= check_at or k >= N:
             for i in list(active):
                 if _test(i, rec, a[i, :k], b[i, :k - 1], beta[i], hmax[i], V[i, :k], k, N, tol, min_steps, eps,
@@ -224,11 +223,11 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
             if last or not active:
                 break
             check_at = next_test(k, [float(rec["rel"][i]) for i in active], [last_rel[i] for i in active], last_k,
-                                 tol, check_every, min_steps, steps)
+                                 tol, check_every, min_steps, k)
             last_k, last_rel = k, [float(r) for r in rec["rel"]]
         for i in active:
             V[i, k] = res[i] / max(beta[i], tiny)
-    return rec, steps
+    return rec, k
 
 
 def _test(i: int, rec: dict, a, b, beta: float, hmax: float, Vk, k: int, N: int, tol: float, min_steps: int,
