@@ -5,7 +5,8 @@
 input by input), ours (thick-restart Lanczos on the reduced operators) vs scipy svds
 (ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
-"routed": ours with the solver chosen by size (harness.kernels.small's NumPy Lanczos for small CPU problems).
+"ours" routes by size (harness.kernels.small's NumPy Lanczos for small CPU problems, else the torch solver);
+"torch solver": ours held to the torch solver at every size.
 `--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
 for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
 float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part bert`: the same for a random-init
@@ -174,14 +175,14 @@ def kernels_rows(sizes, repeats: int):
         label = f"n={n} d={d} h={h}" + (f", {BATCH[size]} inputs" if size in BATCH else "")
         for what, name in (("m", "‖M_l‖ all heads"), ("zeta", "zeta")):
             vo, to = measure(lambda: METHODS[(what, "ours")](X, w), repeats, True)
-            vr, tr = measure(lambda: METHODS[(what, "routed")](X, w), repeats, True)
+            vr, tr = measure(lambda: METHODS[(what, "torch")](X, w), repeats, True)
             # ARPACK gets the same treatment as ours: a warm-up call, then the median of `repeats`
             va, ta = measure(lambda: METHODS[(what, "arpack")](X, w), repeats, True)
             td = float("nan")
             ref = va
             if size in DENSE:
                 ref, td = measure(lambda: METHODS[(what, "dense")](X, w), 1, False)
-            rows.append(dict(size=label, quantity=name, ours=to, routed=tr, arpack=ta, dense=td,
+            rows.append(dict(size=label, quantity=name, ours=to, torch=tr, arpack=ta, dense=td,
                              rel=max(rel_diff(vo, ref), rel_diff(vr, ref)), ref="dense" if size in DENSE else "ARPACK"))
             print(_kernels_line(rows[-1]), file=sys.stderr, flush=True)
     return rows
@@ -192,15 +193,15 @@ def _fmt(t: float) -> str:
 
 
 def _kernels_line(r) -> str:
-    return (f"| {r['size']} | {r['quantity']} | {_fmt(r['ours'])} | {_fmt(r['routed'])} | {_fmt(r['arpack'])} | "
-            f"{_fmt(r['dense'])} | {r['arpack'] / r['ours']:.1f}x | {r['arpack'] / r['routed']:.1f}x | "
+    return (f"| {r['size']} | {r['quantity']} | {_fmt(r['ours'])} | {_fmt(r['torch'])} | {_fmt(r['arpack'])} | "
+            f"{_fmt(r['dense'])} | {r['arpack'] / r['ours']:.1f}x | {r['arpack'] / r['torch']:.1f}x | "
             f"{r['rel']:.1e} ({r['ref']}) |")
 
 
 def kernels_report(rows) -> str:
     """The kernels table (see module docstring) of kernels_rows' measurements."""
-    return "\n".join(["| size | quantity | ours (s) | ours, routed by size (s) | ARPACK (s) | dense (s) | "
-                      "ARPACK / ours | ARPACK / routed | rel. diff vs ref (both) |",
+    return "\n".join(["| size | quantity | ours (s) | ours, torch solver only (s) | ARPACK (s) | dense (s) | "
+                      "ARPACK / ours | ARPACK / torch solver | rel. diff vs ref (both) |",
                       "|---|---|---|---|---|---|---|---|---|"] + [_kernels_line(r) for r in rows])
 
 
@@ -208,11 +209,11 @@ def best_of_report(by_count) -> str:
     """Each side at its own best thread count ({count: kernels_rows}, measured in one run): the fair ratio, since
     OpenBLAS threads can slow ARPACK's small numpy products by several times while they speed up ours."""
     counts = sorted(by_count)
-    lines = ["| size | quantity | ours (either solver): best (s) at threads | ARPACK: best (s) at threads | "
+    lines = ["| size | quantity | ours: best (s) at threads | ARPACK: best (s) at threads | "
              "best ARPACK / best ours |",
              "|---|---|---|---|---|"]
     for i, r in enumerate(by_count[counts[0]]):
-        o = min((by_count[c][i][side], c) for c in counts for side in ("ours", "routed"))
+        o = min((by_count[c][i]["ours"], c) for c in counts)
         a = min((by_count[c][i]["arpack"], c) for c in counts)
         lines.append(f"| {r['size']} | {r['quantity']} | {_fmt(o[0])} at {o[1]} | {_fmt(a[0])} at {a[1]} | "
                      f"{a[0] / o[0]:.1f}x |")

@@ -80,11 +80,10 @@ def test_every_row_takes_the_torch_solvers_steps_and_certificate(B):
 
 @pytest.mark.parametrize("residual", [True, False])
 def test_values_equal_dense_float64_and_certificates_lie_above(residual):
-    """Through lofast.zeta / m_norms with the solver routed here: every value equals the top singular value of the
-    explicit eq. 12 / eq. 20 matrix, and the certified estimate is >= it."""
+    """Through lofast.zeta / m_norms, which route small CPU problems here: every value equals the top singular value
+    of the explicit eq. 12 / eq. 20 matrix, and the certified estimate is >= it."""
     X, w = lofast_case(n=7, d=6, h=2, B=4, seed=3)
-    with mock.patch.object(L, "lanczos", small.solve), \
-            mock.patch.object(small, "restarted_lanczos", side_effect=AssertionError("the torch solver ran")):
+    with mock.patch.object(small, "restarted_lanczos", side_effect=AssertionError("the torch solver ran")):
         z, zi = L.zeta(X, w, residual, tol=1e-12, return_info=True)
         m, mi = L.m_norms(X, w, tol=1e-12, return_info=True)
     for b in range(len(X)):
@@ -157,26 +156,27 @@ def test_results_are_detached_as_the_torch_solvers():
         assert not r.value.requires_grad and not r.upper.requires_grad and not r.vector.requires_grad
 
 
-def test_next_test_is_next_check_for_one_operator():
+def test_next_check_schedules_from_tensors_and_floats_alike():
+    """The one test schedule of both solvers: by hand on a geometric residual, the same for the torch solver's
+    tensors and this solver's floats, and the edges (no progress, a zero rate, min_steps)."""
+    tol, ce = 1e-10, 3
+    # 1e-4 -> 1e-5 in 3 steps: 15 more steps to 1e-10, so the next test is half of that ahead (7), at most 4 x 3
+    assert lanczos_steps.next_check(10, [1e-5], [1e-4], 7, tol, ce, 1, 10) == 17
+    assert lanczos_steps.next_check(10, [1e-5], [1e-2], 7, 1e-6, ce, 1, 10) == 13  # one step away: check_every
+    assert lanczos_steps.next_check(10, [1e-2], [1e-2 + 1e-9], 7, tol, ce, 1, 10) == 22  # slow: 4 x check_every
+    assert lanczos_steps.next_check(10, [1e-5], [math.inf], 7, tol, ce, 1, 10) == 13  # no rate yet
+    assert lanczos_steps.next_check(10, [1e-5], [1e-4], 7, tol, ce, 40, 10) == 40  # not before min_steps
+    big = 1e10  # a residual falling by one rounding step: a zero rate, taken as "test soon" (as x / 0 -> -inf, 0)
+    assert lanczos_steps.next_check(10, [math.nextafter(big, 0)], [big], 7, tol, ce, 1, 10) == 13
     rng = np.random.default_rng(0)
     for _ in range(300):
-        k_prev = int(rng.integers(0, 30))
-        k = k_prev + int(rng.integers(0, 8))
-        now, prev = (float(10 ** rng.uniform(-14, 0)) for _ in range(2))
-        if rng.random() < 0.1:
-            prev = math.inf
-        args = (k, now, prev, k_prev, 1e-10, *(int(rng.integers(lo, hi)) for lo, hi in ((1, 5), (0, 40), (0, 40))))
-        ref = lanczos_steps.next_check(args[0], torch.tensor([now], dtype=D64), torch.tensor([prev], dtype=D64),
-                                       *args[3:])
-        assert small.next_test(args[0], [now], [prev], *args[3:]) == ref, args
         rows = 10 ** rng.uniform(-14, 0, size=(2, 4))  # several active rows: the fastest one sets the pace
         rows[1, rng.random(4) < 0.3] = math.inf
-        ref = lanczos_steps.next_check(args[0], *(torch.tensor(r, dtype=D64) for r in rows), *args[3:])
-        assert small.next_test(args[0], *(r.tolist() for r in rows), *args[3:]) == ref, args
-    big = 1e10  # a residual falling by one rounding step: a zero rate, which next_check divides by
-    args = (10, 7, 1e-10, 3, 1, 10)
-    assert small.next_test(10, [math.nextafter(big, 0)], [big], *args[1:]) == lanczos_steps.next_check(
-        10, torch.tensor([math.nextafter(big, 0)], dtype=D64), torch.tensor([big], dtype=D64), *args[1:])
+        args = (int(rng.integers(30, 40)), int(rng.integers(0, 30)), tol, *(int(rng.integers(lo, hi))
+                                                                           for lo, hi in ((1, 5), (0, 40), (0, 40))))
+        got = lanczos_steps.next_check(args[0], *(torch.tensor(r, dtype=D64) for r in rows), *args[1:])
+        assert got == lanczos_steps.next_check(args[0], *(r.tolist() for r in rows), *args[1:])
+        assert args[0] + args[3] <= got <= args[0] + max(4 * args[3], args[4] - args[5])
 
 
 def test_where_it_applies():
@@ -205,13 +205,3 @@ def test_bad_arguments():
         small.lanczos(op, start(op), krylov=1)
 
 
-def test_unit_rows_is_unit_start():
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((6, 50)) * np.array([1, 1e200, 1e-200, 0, np.nan, np.inf])[:, None]
-    x[3] = 0
-    ref = krylov.unit_start(torch.from_numpy(x)).numpy()
-    got = small._unit_rows(x)
-    assert np.allclose(got, ref, rtol=1e-15, atol=0) and np.allclose(np.linalg.norm(got, axis=1), 1, rtol=1e-15)
-    x32 = (rng.standard_normal((3, 50)) * np.array([1, 1e30, 1e-30])[:, None]).astype(np.float32)
-    got32 = small._unit_rows(x32)
-    assert got32.dtype == np.float32 and np.allclose(got32, krylov.unit_start(torch.from_numpy(x32)).numpy(), rtol=1e-6)

@@ -248,6 +248,29 @@ def test_zeta_reads_a_precomputed_p_norm_with_identical_values(causal):
     assert bool((zero.zeta.upper == 0).all())  # min(KW estimate, eq. 9 with ||P_l|| = 0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("residual", [False, True])
+def test_eq9_cap_skipped_only_where_it_cannot_bind(causal, residual):
+    """zeta's eq. 9 cap, skipped where the certified estimate lies below its lower bound H + sum ||VO_l||_F / sqrt(dh):
+    that lower bound is <= eq. 9 on random and near-one-hot inputs, and min(upper, cap) equals min(upper, eq. 9)
+    for estimates below it, between it and eq. 9, above eq. 9, infinite (a caller's start) and NaN."""
+    from harness.bounds.lofast_ops import spec, stable_probs
+
+    for seed, xscale in ((0, 1.0), (1, 30.0), (2, 0.01)):  # 30: near one-hot attention, ||P_l|| up to sqrt(n)
+        X, w = make(seed, n=7, d=8, h=2, batch=(3,), xscale=xscale)
+        P = stable_probs(X, w, causal).reshape(3, w.h, 7, 7)
+        exact = (1.0 if residual else 0.0) + (spec(P) * w.VO_norm()).sum(-1)
+        vo_fro = torch.linalg.matrix_norm(w.VO(), "fro")
+        low = (1.0 if residual else 0.0) + (vo_fro / math.sqrt(w.wv.shape[-1])).sum()
+        assert bool((low <= exact * (1 + 1e-12)).all())
+        for upper in (0.5 * low.expand(3), (low + exact) / 2, 2 * exact, torch.full((3,), math.inf, dtype=DT),
+                      torch.tensor([0.5 * float(low), math.nan, 2 * float(exact.max())], dtype=DT)):
+            got = torch.minimum(upper, L._eq9_cap(P, w, residual, None, upper))
+            torch.testing.assert_close(got, torch.minimum(upper, exact), rtol=0, atol=0, equal_nan=True)
+        skipped = L._eq9_cap(P, w, residual, None, 0.5 * low.expand(3))
+        assert bool(torch.isinf(skipped).all())  # really not computed there
+
+
 def test_float32_agrees_with_float64():
     """Stated tolerance: float32 results within 1e-4 relative of float64 (Lanczos tol 1e-5 in float32)."""
     X, w = make(8, n=6, d=8, h=2, scale=1.5, batch=(3,))

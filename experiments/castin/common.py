@@ -1,6 +1,7 @@
 """Shared compute glue of the Castin et al. experiments: real layer inputs with the family's chunk seeding, and
 the single heads the radius experiments study. Loading is harness.models.text; operators harness.kernels.layer;
-bounds and input constructions harness.bounds.castin. Presentation helpers are in castin/figures/sqrt_n.py.
+bounds and input constructions harness.bounds.castin. Presentation is in castin/figures/ (a module per figure family,
+shared helpers in castin/figures/common.py).
 """
 from __future__ import annotations
 

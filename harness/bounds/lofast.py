@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional, Union
 
 import torch
@@ -30,7 +31,8 @@ from harness.bounds.lofast_ops import (check_eps, check_softmax_lip, m_gram, pre
                                        stable_probs, zeta_gram)
 from harness.bounds.lofast_pgd import pgd_delta1, pgd_delta2, pgd_delta21, pgd_delta22, pgd_sensitivity
 from harness.kernels.attention import AttentionWeights, project
-from harness.kernels.krylov import kw_steps, lanczos
+from harness.kernels import small
+from harness.kernels.krylov import kw_steps
 from harness.kernels.mixed import applies as mixed_applies, lanczos_mixed
 from harness.kernels.power import PowerResult, check_args, default_tol, report_nonconvergence
 from harness.settings import FAIL_PROB, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, SUSPICIOUS_STEPS
@@ -63,7 +65,8 @@ def _krylov(numel: int, dtype, krylov: Optional[int]) -> int:
 
 
 def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, kw, det_upper, restart):
-    """Thick-restart Lanczos (harness.kernels.krylov) on a reduced Gram operator; suspicious caller starts are
+    """Lanczos on a reduced Gram operator (harness.kernels.small.solve: NumPy for small problems on the CPU, else the
+    thick-restart torch solver, harness.kernels.krylov; same steps and certificates); suspicious caller starts are
     rerun from the seeded Gaussian `restart()`; certified upper = min(KW estimate, deterministic bound)."""
     method = kw.pop("method", "lanczos")
     if method != "lanczos":
@@ -83,14 +86,14 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     if mixed:
         r, products0 = lanczos_mixed(op, op.to(torch.float32), x0, fail_prob, **opts)  # kernels.mixed
     else:
-        r, products0 = lanczos(op, x0, fail_prob=fail_prob if random_start else None, **opts), 0
+        r, products0 = small.solve(op, x0, fail_prob=fail_prob if random_start else None, **opts), 0
     value, vec, conv, rel, steps, products = r.value, r.vector, r.converged, r.rel, r.steps, r.products + products0
     upper = r.upper if random_start else torch.full_like(value, float("inf"))
     restarted = None
     if not random_start:
         restarted = conv & (steps <= SUSPICIOUS_STEPS)
         if bool(restarted.any()):
-            r2 = lanczos(op, restart(), fail_prob=fail_prob, **opts)
+            r2 = small.solve(op, restart(), fail_prob=fail_prob, **opts)
             better = restarted & (r2.value > value)
             value = torch.where(better, r2.value, value)
             vec = torch.where(better[:, None], r2.vector, vec)
@@ -98,6 +101,8 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
             rel = torch.where(restarted, r2.rel, rel)
             upper = torch.where(restarted, r2.upper, upper)
             products += r2.products
+    if callable(det_upper):
+        det_upper = det_upper(upper)
     upper = torch.minimum(upper, det_upper.reshape(-1)) if det_upper is not None else upper
     report_nonconvergence(conv, rel, products, tol, on_nonconvergence, "Lanczos iteration")
     sh = tuple(batch_shape)
@@ -134,7 +139,8 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
     estimate (probability >= 1 - fail_prob over the seeded start, or the deterministic eq. 9 bound if smaller).
     P_norm: ||P_l(X)|| (..., h) for that eq. 9 bound when the caller has it (bounds.input_state.InputState
-    computes it once per input); computed here when absent or not finite.
+    computes it once per input); computed here when absent or not finite, and only where eq. 9 can be below the
+    certified estimate (`_eq9_cap`).
     kw: krylov (basis size), fail_prob (default FAIL_PROB), certify_eps (run an unrestarted first cycle long enough
     for a KW relative eps on zeta^2 of certify_eps), min_steps, check_every, mixed (float64 inputs: float32
     iterations, then float64 refinement; harness.kernels.mixed).
@@ -146,12 +152,28 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     B = P.shape[0]
     restart = lambda: _gauss((B, n * d), X, seed + 1)
     x0 = _gauss((B, n * d), X, seed) if v0 is None else v0.reshape(B, n * d).to(X.dtype)
-    if P_norm is None or not bool(torch.isfinite(P_norm).all()):
-        P_norm = spec(P)
-    det = (1.0 if residual else 0.0) + (P_norm.reshape(B, w.h) * w.VO_norm()).sum(-1)  # eq. 9 >= zeta
-    res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, dict(kw), det, restart)
+    given = P_norm is not None and bool(torch.isfinite(P_norm).all())
+    res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, dict(kw),
+                 partial(_eq9_cap, P, w, residual, P_norm if given else None), restart)
     res.vector = res.vector.reshape(*batch, n, d)
     return _out(res.value, LofastInfo(res.converged, zeta=res), return_info)
+
+
+def _eq9_cap(P: Tensor, w: AttentionWeights, residual: bool, P_norm: Optional[Tensor], upper: Tensor) -> Tensor:
+    """The deterministic cap on zeta's certified estimate `upper` (B,): eq. 9, H + sum_l ||P_l|| ||VO_l|| >= zeta.
+
+    Where it cannot bind it is not computed (inf): eq. 9 >= H + sum_l ||VO_l||_F / sqrt(dh), since ||P_l|| >= 1
+    (P_l 1 = 1) and VO_l has rank <= dh; when `upper` lies below that for every input (typical: eq. 9 is loose) the
+    minimum is `upper` itself and the spectral norms of P_l and VO_l (two small SVDs per head) are not needed."""
+    h0 = 1.0 if residual else 0.0
+    if P_norm is None:
+        wv, wo = w.wv, w.wo  # ||wv wo||_F^2 = <wv^T wv, wo wo^T>_F, from dh x dh matrices
+        vo_fro = ((wv.transpose(-1, -2) @ wv) * (wo @ wo.transpose(-1, -2))).sum((-1, -2)).clamp_min(0).sqrt()
+        low = (h0 + (vo_fro / math.sqrt(wv.shape[-1])).sum()) * (1 - 1e-9)  # margin for the rounding of either side
+        if bool(torch.isfinite(low)) and bool((upper <= low).all()):
+            return torch.full_like(upper, float("inf"))
+        P_norm = spec(P)
+    return h0 + (P_norm.reshape(P.shape[0], w.h) * w.VO_norm()).sum(-1)
 
 
 def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,

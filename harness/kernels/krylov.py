@@ -143,6 +143,18 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in out))
 
 
+def basis_size(krylov: int, iters: int, N: int) -> int:
+    """Vectors in the Lanczos basis: `krylov`, fewer when iters or the space is smaller (a basis of N vectors spans
+    the space: the Ritz value is exact)."""
+    return max(1, min(int(krylov), iters + 1, N))
+
+
+def is_lean(B: int, m: int, N: int, itemsize: int) -> bool:
+    """A large space or a batch's basis beyond the cache, where reading the basis costs more than the operator:
+    the solver then reorthogonalizes partially under reorth="auto" (see lanczos)."""
+    return N >= PARTIAL_MIN_DIM or B * (m + 1) * N * itemsize >= PARTIAL_MIN_BYTES
+
+
 def unit_start(x0: Tensor) -> Tensor:
     """x0 (B, N) normalized row by row; a zero or non-finite row becomes the constant unit vector."""
     N = x0.shape[-1]
@@ -209,13 +221,12 @@ class Outputs:
 def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth):
     """The iteration (module docstring), as the named steps of harness.kernels.lanczos_steps."""
     B, N = x0.shape
-    m = max(1, min(krylov, iters + 1, N))  # a basis of N vectors spans the space: the Ritz value is exact
+    m = basis_size(krylov, iters, N)
     p = max(1, min(keep if keep is not None else m // 2, m - 1))
     min_steps = min(min_steps, N)
     out = Outputs(B, N, x0.dtype, x0.device)
     scale0 = op.scale.to(x0.dtype)  # (B,) before any deflation
-    # a large space or a basis beyond the cache: reading the basis costs more than the operator (see lanczos)
-    lean = N >= PARTIAL_MIN_DIM or B * (m + 1) * N * x0.element_size() >= PARTIAL_MIN_BYTES
+    lean = is_lean(B, m, N, x0.element_size())
     s = lanczos_steps.LanczosState(op, unit_start(x0), m, lean, reorth == "partial" or (reorth == "auto" and lean))
     steps = products = 0
     check_at = max(check_every, min_steps)  # earlier: only on a breakdown (`odd`)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Sequence
 
 import numpy as np
 import scipy.linalg
@@ -52,6 +53,17 @@ def omega_step(H: Tensor, omega: Tensor, omega_prev: Tensor, j: int, beta: Tenso
     return new
 
 
+def stemr_top(d: np.ndarray, e: np.ndarray, p: int):
+    """Top p eigenpairs of the symmetric tridiagonal matrix with diagonal d (k,) and subdiagonal e (k - 1,), by
+    LAPACK's stemr on those indices only: (values (p,) ascending, vectors (k, p)), or None where LAPACK fails."""
+    k = len(d)
+    (stemr,) = scipy.linalg.get_lapack_funcs(("stemr",), (d,))
+    sub = np.zeros_like(d)  # stemr reads k - 1 subdiagonal entries from a k-array
+    sub[:k - 1] = e
+    _, w, z, info = stemr(d.copy(), sub, 2, 0.0, 0.0, k - p + 1, k, compute_v=1)
+    return (w[:p], z[:, :p]) if info == 0 else None
+
+
 def top_eigh(H: Tensor, p: int, tridiagonal: bool = False):
     """Top p eigenpairs of small symmetric matrices H (B, k, k) given by their lower triangles, ascending:
     values (B, p), vectors (B, k, p); NaN for a matrix with a non-finite entry.
@@ -74,14 +86,12 @@ def top_eigh(H: Tensor, p: int, tridiagonal: bool = False):
     vecs = np.full((len(Hn), k, p), np.nan, dtype=Hn.dtype)
     ok = np.flatnonzero(np.isfinite(Hn).all((1, 2)))
     if tridiagonal:
-        (stemr,) = scipy.linalg.get_lapack_funcs(("stemr",), (Hn,))
         d = np.ascontiguousarray(np.diagonal(Hn, 0, 1, 2))
-        e = np.zeros_like(d)  # stemr reads n - 1 subdiagonal entries from an n-array
-        e[:, :-1] = np.diagonal(Hn, -1, 1, 2)
+        e = np.diagonal(Hn, -1, 1, 2)
         for i in ok:
-            _, w, z, info = stemr(d[i], e[i], 2, 0.0, 0.0, k - p + 1, k, compute_v=1)
-            if info == 0:
-                vals[i], vecs[i] = w[:p], z[:, :p]
+            top = stemr_top(d[i], e[i], p)
+            if top is not None:
+                vals[i], vecs[i] = top
     else:
         (syevr,) = scipy.linalg.get_lapack_funcs(("syevr",), (Hn,))
         for i in ok:
@@ -110,18 +120,24 @@ def three_term(V: Tensor, w: Tensor, j: int, k: int):
     return w, h
 
 
-def next_check(k: int, rel_now: Tensor, rel_prev: Tensor, k_prev: int, tol: float, check_every: int,
-               min_steps: int, steps: int) -> int:
-    """Krylov dimension of the next convergence test (cheap steps between tests; docs/notes/kernels.md).
+def next_check(k: int, rel_now: Sequence[float], rel_prev: Sequence[float], k_prev: int, tol: float,
+               check_every: int, min_steps: int, steps: int) -> int:
+    """Krylov dimension of the next convergence test (cheap steps between tests; docs/notes/kernels.md), from the
+    active rows' relative residuals at this test and the last (tensors or sequences of floats; Python floats
+    inside, so the torch solver and the NumPy one in kernels.small schedule alike).
 
     Every `check_every` steps near convergence; further apart (at most 4 x check_every) while the fastest active
     row's residual, extrapolated geometrically from the last two tests, is predicted to need more than twice as
     many steps; never before `min_steps` products can have been spent (no row may converge earlier)."""
-    gap = check_every
-    ok = torch.isfinite(rel_now) & torch.isfinite(rel_prev) & (rel_now > 0) & (rel_now < rel_prev) & (k > k_prev)
-    if bool(ok.any()):
-        rate = (rel_now[ok].log() - rel_prev[ok].log()) / (k - k_prev)  # < 0 per step
-        need = float(((math.log(tol) - rel_now[ok].log()) / rate).clamp_min(0).min())
+    if isinstance(rel_now, Tensor):
+        rel_now, rel_prev = rel_now.tolist(), rel_prev.tolist()
+    gap, need = check_every, None
+    for now, prev in zip(rel_now, rel_prev):
+        if math.isfinite(now) and math.isfinite(prev) and 0 < now < prev and k > k_prev:
+            rate, ahead = (math.log(now) - math.log(prev)) / (k - k_prev), math.log(tol) - math.log(now)  # rate < 0
+            to_tol = max(ahead / rate if rate else (math.inf if ahead > 0 else 0.0), 0.0)  # a zero rate: +-inf
+            need = to_tol if need is None else min(need, to_tol)
+    if need is not None:
         gap = int(min(max(check_every, need // 2), 4 * check_every))
     return k + max(gap, min_steps - steps)
 

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
 import numpy as np
-import scipy.linalg
 import torch
 
-from harness.kernels.krylov import GramOperator, LanczosResult, Outputs
+from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, basis_size, is_lean, unit_start
 from harness.kernels.krylov import lanczos as restarted_lanczos
+from harness.kernels.lanczos_steps import next_check, stemr_top
 from harness.kernels.operators import MGram, ZetaGram
-from harness.settings import PARTIAL_MIN_BYTES, PARTIAL_MIN_DIM
+from harness.settings import PARTIAL_MIN_DIM
 
 Tensor = torch.Tensor
 
@@ -102,48 +102,6 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     return [partial(zeta, P=P[i], PT=PT[i], res=res[i]) for i in range(len(P))]
 
 
-def _unit_rows(x0: np.ndarray) -> np.ndarray:
-    """`krylov.unit_start` in NumPy: rows normalized (by their largest entry first, so nothing overflows); a zero or
-    non-finite row becomes the constant unit vector."""
-    with np.errstate(all="ignore"):
-        m = np.abs(x0).max(axis=1, keepdims=True)
-        m = np.where((m > 0) & np.isfinite(m), m, 1.0)
-        y = x0 / m
-        nrm = np.sqrt(np.einsum("ij,ij->i", y, y))[:, None] * m
-        x = x0 / np.maximum(nrm, np.finfo(x0.dtype).tiny)
-    ok = np.isfinite(x).all(axis=1, keepdims=True) & (nrm > 0)
-    return np.where(ok, x, np.full_like(x, 1 / math.sqrt(x0.shape[1])))
-
-
-def _top(a: np.ndarray, b: np.ndarray):
-    """Top eigenpair of the symmetric tridiagonal (a, b) by LAPACK's stemr on that index only: (theta, y); NaN
-    where an entry is not finite or LAPACK fails."""
-    k = len(a)
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return math.nan, np.full(k, np.nan)
-    (stemr,) = scipy.linalg.get_lapack_funcs(("stemr",), (a,))
-    e = np.zeros_like(a)
-    e[:k - 1] = b
-    _, w, z, info = stemr(a.copy(), e, 2, 0.0, 0.0, k, k, compute_v=1)
-    return (float(w[0]), z[:, 0]) if info == 0 else (math.nan, np.full(k, np.nan))
-
-
-def next_test(k: int, rel_now: Sequence[float], rel_prev: Sequence[float], k_prev: int, tol: float,
-              check_every: int, min_steps: int, steps: int) -> int:
-    """`lanczos_steps.next_check` on Python floats (its torch form costs more than a step here), over the active
-    rows' residuals at this test and the last: every `check_every` steps near convergence, up to 4 x further while
-    the fastest row's residual, extrapolated geometrically, is far from tol; never before `min_steps` products."""
-    gap, need = check_every, None
-    for now, prev in zip(rel_now, rel_prev):
-        if math.isfinite(now) and math.isfinite(prev) and 0 < now < prev and k > k_prev:
-            rate, ahead = (math.log(now) - math.log(prev)) / (k - k_prev), math.log(tol) - math.log(now)
-            steps_to_tol = ahead / rate if rate else (math.inf if ahead > 0 else 0.0)  # torch: x / 0 = +-inf
-            need = max(steps_to_tol, 0.0) if need is None else min(need, max(steps_to_tol, 0.0))
-    if need is not None:
-        gap = int(min(max(check_every, need // 2), 4 * check_every))  # Python's float arithmetic, as next_check's
-    return k + max(gap, min_steps - steps)
-
-
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
             keep: Optional[int] = None, check_every: int = 3, min_steps: int = 1, fail_prob: Optional[float] = None,
             reorth: str = "auto") -> LanczosResult:
@@ -155,11 +113,10 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     if int(krylov) < 2:
         raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
     B, N = x0.shape
-    m = max(1, min(int(krylov), iters + 1, N))
-    lean = N >= PARTIAL_MIN_DIM or B * (m + 1) * N * x0.element_size() >= PARTIAL_MIN_BYTES  # as krylov.lanczos
-    if not _handles(op, x0) or lean or reorth == "partial":  # partial reorthogonalization: the torch solver's
+    m = basis_size(krylov, iters, N)
+    if not _handles(op, x0) or is_lean(B, m, N, x0.element_size()) or reorth == "partial":  # the torch solver's
         return restarted_lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth)
-    x = _unit_rows(x0.detach().numpy())
+    x = unit_start(x0.detach()).numpy()
     rec, products = _iterate(_products(op, x.dtype), x, m, iters, tol, check_every, min(min_steps, N))
     out = Outputs(B, N, x0.dtype, x0.device)
     for name, arr in rec.items():
@@ -222,7 +179,7 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
                     active.remove(i)
             if last or not active:
                 break
-            check_at = next_test(k, [float(rec["rel"][i]) for i in active], [last_rel[i] for i in active], last_k,
+            check_at = next_check(k, [float(rec["rel"][i]) for i in active], [last_rel[i] for i in active], last_k,
                                  tol, check_every, min_steps, k)
             last_k, last_rel = k, [float(r) for r in rec["rel"]]
         for i in active:
@@ -234,7 +191,8 @@ def _test(i: int, rec: dict, a, b, beta: float, hmax: float, Vk, k: int, N: int,
           eps: float, tiny: float, stop: bool) -> bool:
     """The convergence test of row i (krylov's `convergence_test` and `Outputs.record`): records it; True when the
     row finishes (converged, broken down, non-finite, or `stop`: out of products or basis), with its Ritz vector."""
-    th, y = _top(a, b)
+    top = stemr_top(a, b, 1) if np.isfinite(a).all() and np.isfinite(b).all() else None
+    th, y = (float(top[0][0]), top[1][:, 0]) if top is not None else (math.nan, np.full(len(a), np.nan))
     broke = beta <= 100 * eps * max(hmax, tiny) or k >= N
     rel = 0.0 if broke or not th > 0 else beta * abs(float(y[-1])) / max(th, tiny)
     finite = math.isfinite(th) and math.isfinite(beta) and math.isfinite(rel)
