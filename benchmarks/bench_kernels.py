@@ -143,7 +143,8 @@ def dense_zeta(X, w):
     return torch.linalg.matrix_norm(zeta_dense_matrix(X, w, True), ord=2)
 
 
-METHODS = {("m", "ours"): ours_m, ("m", "arpack"): arpack_m, ("m", "dense"): dense_m, ("m", "torch"): torch_solver(ours_m),
+METHODS = {("m", "ours"): ours_m, ("m", "arpack"): arpack_m, ("m", "dense"): dense_m,
+           ("m", "torch"): torch_solver(ours_m),
            ("zeta", "ours"): ours_zeta, ("zeta", "arpack"): arpack_zeta, ("zeta", "dense"): dense_zeta,
            ("zeta", "torch"): torch_solver(ours_zeta)}
 
@@ -238,6 +239,10 @@ def test_best_of_report_pairs_each_side_at_its_own_best_count(capsys, report_thr
     assert "| n=6 d=8 h=2 | zeta | 2 at 2 | 1 at 1 | 0.5x |" in table
     table = R.best_of_report({1: [row(1.6, 1.0, 1.0)], 2: [row(2.0, 0.5, 6.0)]})  # the torch-only column: ignored
     assert "| n=6 d=8 h=2 | zeta | 1.6 at 1 | 1 at 1 | 0.6x |" in table
+    targets = R.targets_report({1: [dict(row(4.0, 3.0, 9.0), key="small"), dict(row(1.0, 1.0, 1.0), key="tiny")],
+                                2: [dict(row(2.0, 2.5, 6.0), key="small"), dict(row(1.0, 1.0, 1.0), key="tiny")]})
+    assert "| n=6 d=8 h=2 | zeta | 3.00x | 1.5x | yes |" in targets and targets.count("| zeta |") == 1
+    assert "| 1.00x | 5x | no |" in R.targets_report({1: [dict(row(1.0, 1.0, 1.0), key="batch")]})
     R.main(["--part", "kernels", "--quick", "--repeats", "1", "--threads", "1,2"])
     out = capsys.readouterr().out
     assert "### Each side at its best thread count" in out and out.count("| n=6 d=8 h=2 | zeta |") == 3

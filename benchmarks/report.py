@@ -6,7 +6,8 @@ input by input), ours (thick-restart Lanczos on the reduced operators) vs scipy 
 (ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
 "ours" routes by size (harness.kernels.small's NumPy Lanczos for small CPU problems, else the torch solver);
-"torch solver": ours held to the torch solver at every size.
+"torch solver": ours held to the torch solver at every size. The part ends with the speed targets (best ARPACK /
+best ours: 1.5x for one input at n = 32, 5x for the 64-input batch, 6x from n = 128 up) and whether this run met them.
 `--part analyze`: every registered bound + the truth (and truth_upper, Theorem 1's delta, PGD, Prop. 3.4)
 for all 6 layers x 12 heads of pretrained MiniLM on one 128-token Alice text, `harness.analyze.analyze` end to end,
 float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part bert`: the same for a random-init
@@ -182,7 +183,7 @@ def kernels_rows(sizes, repeats: int):
             ref = va
             if size in DENSE:
                 ref, td = measure(lambda: METHODS[(what, "dense")](X, w), 1, False)
-            rows.append(dict(size=label, quantity=name, ours=to, torch=tr, arpack=ta, dense=td,
+            rows.append(dict(key=size, size=label, quantity=name, ours=to, torch=tr, arpack=ta, dense=td,
                              rel=max(rel_diff(vo, ref), rel_diff(vr, ref)), ref="dense" if size in DENSE else "ARPACK"))
             print(_kernels_line(rows[-1]), file=sys.stderr, flush=True)
     return rows
@@ -217,6 +218,25 @@ def best_of_report(by_count) -> str:
         a = min((by_count[c][i]["arpack"], c) for c in counts)
         lines.append(f"| {r['size']} | {r['quantity']} | {_fmt(o[0])} at {o[1]} | {_fmt(a[0])} at {a[1]} | "
                      f"{a[0] / o[0]:.1f}x |")
+    return "\n".join(lines)
+
+
+TARGETS = {"small": 1.5, "batch": 5.0, "mid": 6.0, "vitb": 6.0, "big": 6.0}  # ARPACK / ours wanted, per size
+
+
+def targets_report(by_count) -> str:
+    """The speed targets against what this run measured ({count: kernels_rows}): best ARPACK / best ours per size
+    and quantity (each side at its best thread count), the target (TARGETS: 1.5x for one input at n = 32, 5x for
+    the 64-input batch, 6x from n = 128 up) and whether it is met. Sizes without a target are left out."""
+    counts = sorted(by_count)
+    lines = ["| size | quantity | best ARPACK / best ours | target | met |", "|---|---|---|---|---|"]
+    for i, r in enumerate(by_count[counts[0]]):
+        target = TARGETS.get(r.get("key"))
+        if target is None:
+            continue
+        ratio = min(by_count[c][i]["arpack"] for c in counts) / min(by_count[c][i]["ours"] for c in counts)
+        lines.append(f"| {r['size']} | {r['quantity']} | {ratio:.2f}x | {target:g}x | "
+                     f"{'yes' if ratio >= target else 'no'} |")
     return "\n".join(lines)
 
 
@@ -304,6 +324,8 @@ def timed_part(part: str, fn, counts) -> None:
         print(out + "\n")
     if len(by_count) > 1:
         print("### Each side at its best thread count\n\n" + best_of_report(by_count) + "\n")
+    if by_count and len(targets_report(by_count).splitlines()) > 2:
+        print("### Speed targets (ARPACK / ours)\n\n" + targets_report(by_count) + "\n")
 
 
 def main(argv=None):
