@@ -2,7 +2,7 @@
 
 `python -m benchmarks.report [--threads 2] [--sizes small,batch,mid,vitb,big] [--quick]` (default part
 "kernels"): exact ||M_l|| (all heads) and zeta at each size (`batch`: 64 inputs at n=32 in one call, ARPACK
-input by input), ours (thick-restart Lanczos on the reduced operators) vs scipy svds
+input by input), ours (Lanczos on the reduced operators, solver chosen by size) vs scipy svds
 (ARPACK, head by head, on a LinearOperator over the same rank-2dh factors, same tol 1e-8) vs dense SVD where it
 fits, float64, all measured in one run, with the relative difference to the reference (dense, else ARPACK).
 "ours" routes by size (harness.kernels.small's NumPy Lanczos for small CPU problems, else the torch solver);
@@ -269,7 +269,8 @@ def floor_report(sizes, repeats: int) -> str:
     products of our operator alone (`ZetaGram.gram` under inference mode, no solver); ARPACK end to end and its
     Gram products (rmatvec calls), with the time spent inside its numpy operator; and the float64 GEMM floor of our
     products (multiply-adds per product / this machine's 2048^2 GEMM rate). 2x ARPACK needs ours <= ARPACK / 2: when
-    our operator alone already takes longer, no solver on these torch operators can reach it."""
+    our torch operator alone already takes longer, no solver on it can reach that (at n = 32 ours runs the NumPy
+    solver, harness.kernels.small, with its own products of the same arithmetic)."""
     from benchmarks.bench_kernels import SIZES as KS, arpack_zeta, case as kcase
     from harness.bounds.lofast_ops import prepare, stable_probs
     from harness.kernels.operators import ZetaGram

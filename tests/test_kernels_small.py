@@ -156,26 +156,44 @@ def test_results_are_detached_as_the_torch_solvers():
         assert not r.value.requires_grad and not r.upper.requires_grad and not r.vector.requires_grad
 
 
-def test_next_check_schedules_from_tensors_and_floats_alike():
-    """The one test schedule of both solvers: by hand on a geometric residual, the same for the torch solver's
-    tensors and this solver's floats, and the edges (no progress, a zero rate, min_steps)."""
+def _torch_next_check(k, rel_now, rel_prev, k_prev, tol, check_every, min_steps, steps):
+    """The schedule's formula in torch arithmetic (the reference: the torch solver's former implementation)."""
+    gap = check_every
+    ok = torch.isfinite(rel_now) & torch.isfinite(rel_prev) & (rel_now > 0) & (rel_now < rel_prev) & (k > k_prev)
+    if bool(ok.any()):
+        rate = (rel_now[ok].log() - rel_prev[ok].log()) / (k - k_prev)
+        need = float(((math.log(tol) - rel_now[ok].log()) / rate).clamp_min(0).min())
+        gap = int(min(max(check_every, need // 2), 4 * check_every))
+    return k + max(gap, min_steps - steps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_next_check_is_the_schedule_in_the_residuals_dtype(dtype):
+    """The one test schedule of both solvers, in the residuals' dtype: by hand on a geometric residual, equal to the
+    formula in torch arithmetic for tensors and NumPy arrays alike (up to a logarithm rounded differently at an
+    exact step boundary), and the edges (no rate yet, a zero rate, min_steps)."""
     tol, ce = 1e-10, 3
+    T = lambda *v: torch.tensor(v, dtype=dtype)
     # 1e-4 -> 1e-5 in 3 steps: 15 more steps to 1e-10, so the next test is half of that ahead (7), at most 4 x 3
-    assert lanczos_steps.next_check(10, [1e-5], [1e-4], 7, tol, ce, 1, 10) == 17
-    assert lanczos_steps.next_check(10, [1e-5], [1e-2], 7, 1e-6, ce, 1, 10) == 13  # one step away: check_every
-    assert lanczos_steps.next_check(10, [1e-2], [1e-2 + 1e-9], 7, tol, ce, 1, 10) == 22  # slow: 4 x check_every
-    assert lanczos_steps.next_check(10, [1e-5], [math.inf], 7, tol, ce, 1, 10) == 13  # no rate yet
-    assert lanczos_steps.next_check(10, [1e-5], [1e-4], 7, tol, ce, 40, 10) == 40  # not before min_steps
-    big = 1e10  # a residual falling by one rounding step: a zero rate, taken as "test soon" (as x / 0 -> -inf, 0)
-    assert lanczos_steps.next_check(10, [math.nextafter(big, 0)], [big], 7, tol, ce, 1, 10) == 13
+    assert lanczos_steps.next_check(10, T(1e-5), T(1e-4), 7, tol, ce, 1, 10) == 17
+    assert lanczos_steps.next_check(10, T(1e-5), T(1e-2), 7, 1e-6, ce, 1, 10) == 13  # one step away: check_every
+    assert lanczos_steps.next_check(10, T(1e-2), T(1.01e-2), 7, tol, ce, 1, 10) == 22  # slow: 4 x check_every
+    assert lanczos_steps.next_check(10, T(1e-5), T(math.inf), 7, tol, ce, 1, 10) == 13  # no rate yet
+    assert lanczos_steps.next_check(10, T(1e-5), T(1e-4), 7, tol, ce, 40, 10) == 40  # not before min_steps
+    big = T(1e10 if dtype == torch.float64 else 1e5)  # one rounding step apart: a zero rate in this dtype, "test soon"
+    assert lanczos_steps.next_check(10, torch.nextafter(big, T(0)), big, 7, tol, ce, 1, 10) == 13
     rng = np.random.default_rng(0)
-    for _ in range(300):
-        rows = 10 ** rng.uniform(-14, 0, size=(2, 4))  # several active rows: the fastest one sets the pace
-        rows[1, rng.random(4) < 0.3] = math.inf
+    for _ in range(400):
+        rows = torch.from_numpy(10 ** rng.uniform(-14, 0, size=(2, 4))).to(dtype)
+        rows[1, torch.from_numpy(rng.random(4) < 0.3)] = math.inf
+        if rng.random() < 0.2:  # residuals one or two rounding steps apart
+            rows[1] = torch.nextafter(torch.nextafter(rows[0], T(1.0)), T(1.0))
         args = (int(rng.integers(30, 40)), int(rng.integers(0, 30)), tol, *(int(rng.integers(lo, hi))
                                                                            for lo, hi in ((1, 5), (0, 40), (0, 40))))
-        got = lanczos_steps.next_check(args[0], *(torch.tensor(r, dtype=D64) for r in rows), *args[1:])
-        assert got == lanczos_steps.next_check(args[0], *(r.tolist() for r in rows), *args[1:])
+        got = lanczos_steps.next_check(args[0], *rows, *args[1:])
+        assert got == lanczos_steps.next_check(args[0], *(r.numpy() for r in rows), *args[1:])
+        ref = _torch_next_check(args[0], *rows, *args[1:])
+        assert got == ref or abs(got - ref) == 1, (rows, args)  # a log one ulp apart at a step boundary
         assert args[0] + args[3] <= got <= args[0] + max(4 * args[3], args[4] - args[5])
 
 

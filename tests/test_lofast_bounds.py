@@ -271,6 +271,36 @@ def test_eq9_cap_skipped_only_where_it_cannot_bind(causal, residual):
         assert bool(torch.isinf(skipped).all())  # really not computed there
 
 
+def test_eq9_cap_keeps_its_value_under_rounding():
+    """The skip test leaves room for rounding: where wv wo nearly cancels (||wv wo||_F = 4e-8 while the Gram form of
+    it rounds to about 11) and, in float32, where eq. 9 is tight (identical tokens, VO = c x orthogonal: every
+    singular value equal), an estimate just above eq. 9 is still capped by it."""
+    from harness.bounds.lofast_ops import spec, stable_probs
+
+    g = torch.Generator().manual_seed(1)
+    wq, wk = (torch.randn(1, 4, 2, generator=g, dtype=DT) for _ in range(2))
+    u, a, r = (torch.randn(4, generator=g, dtype=DT) for _ in range(3))
+    wv = torch.stack([u, u], -1)[None]  # equal columns; rows a 1e8 and -a 1e8 + 1e-8 r: VO = u (1e-8 r)^T
+    w = AttentionWeights(wq, wk, wv, torch.stack([a * 1e8, -a * 1e8 + 1e-8 * r])[None])
+    gram = ((wv.transpose(-1, -2) @ wv) * (w.wo @ w.wo.transpose(-1, -2))).sum()
+    assert float(gram.abs().sqrt()) > 1e3 * float(torch.linalg.matrix_norm(w.VO(), "fro"))  # the rounding is large
+    X = torch.randn(3, 5, 4, generator=g, dtype=DT)
+    P = stable_probs(X, w).reshape(3, 1, 5, 5)
+    exact = 1 + (spec(P) * w.VO_norm()).sum(-1)
+    for up in (exact * 1.2, exact * (1 + 1e-12)):
+        assert torch.equal(torch.minimum(up, L._eq9_cap(P, w, True, None, up)), exact)
+    for seed in range(60):
+        g = torch.Generator().manual_seed(seed)
+        Q1, Q2 = (torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=DT)).Q for _ in range(2))
+        w = AttentionWeights(torch.randn(1, 8, 8, generator=g), torch.randn(1, 8, 8, generator=g),
+                             (3 * Q1).float()[None], Q2.float()[None])
+        X = torch.randn(1, 8, generator=g).expand(5, 8)[None]  # P = ones / n: ||P|| = 1
+        P = stable_probs(X, w).reshape(1, 1, 5, 5)
+        exact = 1.0 + (spec(P) * w.VO_norm()).sum(-1)
+        for up in (exact, torch.nextafter(exact, torch.full_like(exact, 9.0))):
+            assert torch.equal(torch.minimum(up, L._eq9_cap(P, w, True, None, up)), torch.minimum(up, exact)), seed
+
+
 def test_float32_agrees_with_float64():
     """Stated tolerance: float32 results within 1e-4 relative of float64 (Lanczos tol 1e-5 in float32)."""
     X, w = make(8, n=6, d=8, h=2, scale=1.5, batch=(3,))

@@ -9,8 +9,9 @@ with zeta (Lemma 1, eq. 12, exact), m_l = ||M_l(X)|| (Lemma 2, eq. 20, exact; fi
 fine=False), c = softmax_lip (1 in the paper; 1/2 is also valid, JaSMin Cor. 1).
 
 Every function takes X (n, d) or (..., n, d), follows X's device and dtype (the weights are cast to it) and
-returns plain tensors: (...,) per input or (..., h) per head. Exact norms are computed matrix-free by thick-restart
-Lanczos on exact reduced operators (harness.kernels.krylov, harness.kernels.operators); pass return_info=True to get
+returns plain tensors: (...,) per input or (..., h) per head. Exact norms are computed matrix-free by Lanczos on
+exact reduced operators (harness.kernels.operators): the thick-restart torch solver (harness.kernels.krylov), or for
+small problems on the CPU its NumPy form (harness.kernels.small); pass return_info=True to get
 (value, LofastInfo) with convergence flags and certified upper estimates (PowerResult.upper, probability >= 1 - FAIL_PROB).
 
 Biases (beyond the paper, derived): bo and bv cancel in Delta_1, so zeta is exact for the biased layer (its
@@ -136,7 +137,7 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,).
 
     causal=True (ours, beyond the paper) uses the masked P_l; Lemma 1's argument holds for any fixed P_l.
-    Thick-restart Lanczos on T^T T (harness.kernels.operators.ZetaGram); info.zeta.upper: certified upper
+    Lanczos on T^T T (harness.kernels.operators.ZetaGram, solver by size: _solve); info.zeta.upper: certified upper
     estimate (probability >= 1 - fail_prob over the seeded start, or the deterministic eq. 9 bound if smaller).
     P_norm: ||P_l(X)|| (..., h) for that eq. 9 bound when the caller has it (bounds.input_state.InputState
     computes it once per input); computed here when absent or not finite, and only where eq. 9 can be below the
@@ -164,16 +165,27 @@ def _eq9_cap(P: Tensor, w: AttentionWeights, residual: bool, P_norm: Optional[Te
 
     Where it cannot bind it is not computed (inf): eq. 9 >= H + sum_l ||VO_l||_F / sqrt(dh), since ||P_l|| >= 1
     (P_l 1 = 1) and VO_l has rank <= dh; when `upper` lies below that for every input (typical: eq. 9 is loose) the
-    minimum is `upper` itself and the spectral norms of P_l and VO_l (two small SVDs per head) are not needed."""
+    minimum is `upper` itself and the spectral norms of P_l and VO_l (two small SVDs per head) are not needed.
+    The lower bound is taken in float64 with room for rounding on both sides: ||wv wo||_F^2 = <wv^T wv, wo wo^T>_F
+    less its rounding error (which scales with ||wv||_F^2 ||wo||_F^2, large where wv wo cancels), and a margin of
+    1000 (n + d) eps of X's dtype times the scale of eq. 9's terms (||P_l|| <= sqrt(n), ||VO_l|| <= ||wv||_F ||wo||_F)
+    for the rounding of eq. 9 as computed."""
     h0 = 1.0 if residual else 0.0
     if P_norm is None:
-        wv, wo = w.wv, w.wo  # ||wv wo||_F^2 = <wv^T wv, wo wo^T>_F, from dh x dh matrices
-        vo_fro = ((wv.transpose(-1, -2) @ wv) * (wo @ wo.transpose(-1, -2))).sum((-1, -2)).clamp_min(0).sqrt()
-        low = (h0 + (vo_fro / math.sqrt(wv.shape[-1])).sum()) * (1 - 1e-9)  # margin for the rounding of either side
-        if bool(torch.isfinite(low)) and bool((upper <= low).all()):
+        wv, wo = w.wv.double(), w.wo.double()  # (h, d, dh), (h, dh, d)
+        d, dh, n = wv.shape[-2], wv.shape[-1], P.shape[-1]
+        sq = ((wv.transpose(-1, -2) @ wv) * (wo @ wo.transpose(-1, -2))).sum((-1, -2))
+        size = torch.linalg.matrix_norm(wv) * torch.linalg.matrix_norm(wo)  # ||wv||_F ||wo||_F >= ||VO_l||
+        vo_low = (sq - 4 * (d + dh * dh) * _EPS64 * size ** 2).clamp_min(0).sqrt()  # <= ||VO_l||_F
+        margin = 1000 * (n + d) * torch.finfo(P.dtype).eps * (h0 + math.sqrt(n) * size.sum())
+        low = h0 + (vo_low / math.sqrt(dh)).sum() - margin
+        if bool(torch.isfinite(low)) and bool((upper <= low.to(upper.dtype)).all()):
             return torch.full_like(upper, float("inf"))
         P_norm = spec(P)
     return h0 + (P_norm.reshape(P.shape[0], w.h) * w.VO_norm()).sum(-1)
+
+
+_EPS64 = torch.finfo(torch.float64).eps
 
 
 def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
@@ -181,7 +193,7 @@ def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iter
     """Lemma 2 (eq. 20): exact ||M_l(X)|| of G -> G B_l X^T + X B_l G^T (B_l unscaled), all heads: (..., h).
 
     Computed on the exact reduced operator Z -> Z K'^T + Q' Z^T (harness.kernels.operators.MGram, Z = G U,
-    n x r with r = min(d, 2 dh)) by thick-restart Lanczos with per-head deflation. info.m.vector: the right
+    n x r with r = min(d, 2 dh)) by Lanczos with per-head deflation (solver by size: _solve). info.m.vector: the right
     singular vector G = Z U^T (..., h, n, d); info.m.upper: certified upper estimate (min of the KW estimate
     and xi_l). v0 (..., h, n, d) is projected onto the reduced space. kw: side ("auto"), krylov, fail_prob, ...
     """

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Sequence
 
 import numpy as np
 import scipy.linalg
@@ -120,24 +119,22 @@ def three_term(V: Tensor, w: Tensor, j: int, k: int):
     return w, h
 
 
-def next_check(k: int, rel_now: Sequence[float], rel_prev: Sequence[float], k_prev: int, tol: float,
-               check_every: int, min_steps: int, steps: int) -> int:
+def next_check(k: int, rel_now, rel_prev, k_prev: int, tol: float, check_every: int, min_steps: int,
+               steps: int) -> int:
     """Krylov dimension of the next convergence test (cheap steps between tests; docs/notes/kernels.md), from the
-    active rows' relative residuals at this test and the last (tensors or sequences of floats; Python floats
-    inside, so the torch solver and the NumPy one in kernels.small schedule alike).
+    active rows' relative residuals at this test and the last: tensors (the torch solver) or NumPy arrays (the
+    NumPy one in kernels.small), computed in their dtype with NumPy so that both solvers schedule alike.
 
     Every `check_every` steps near convergence; further apart (at most 4 x check_every) while the fastest active
     row's residual, extrapolated geometrically from the last two tests, is predicted to need more than twice as
     many steps; never before `min_steps` products can have been spent (no row may converge earlier)."""
-    if isinstance(rel_now, Tensor):
-        rel_now, rel_prev = rel_now.tolist(), rel_prev.tolist()
-    gap, need = check_every, None
-    for now, prev in zip(rel_now, rel_prev):
-        if math.isfinite(now) and math.isfinite(prev) and 0 < now < prev and k > k_prev:
-            rate, ahead = (math.log(now) - math.log(prev)) / (k - k_prev), math.log(tol) - math.log(now)  # rate < 0
-            to_tol = max(ahead / rate if rate else (math.inf if ahead > 0 else 0.0), 0.0)  # a zero rate: +-inf
-            need = to_tol if need is None else min(need, to_tol)
-    if need is not None:
+    now, prev = (r.detach().cpu().numpy() if isinstance(r, Tensor) else np.asarray(r) for r in (rel_now, rel_prev))
+    gap = check_every
+    ok = np.isfinite(now) & np.isfinite(prev) & (now > 0) & (now < prev) & (k > k_prev)
+    if ok.any():
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero rate (rounding): +-inf or NaN, as x / 0
+            rate = (np.log(now[ok]) - np.log(prev[ok])) / (k - k_prev)  # < 0 per step
+            need = float(np.maximum((math.log(tol) - np.log(now[ok])) / rate, 0).min())
         gap = int(min(max(check_every, need // 2), 4 * check_every))
     return k + max(gap, min_steps - steps)
 

@@ -153,7 +153,7 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
     active = list(range(B))
     k = last_k = 0
     check_at = max(check_every, min_steps)
-    last_rel = [math.inf] * B
+    last_rel = np.full(B, np.inf, dt)
     while active and k < iters:
         odd = False
         for i in active:
@@ -179,9 +179,8 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
                     active.remove(i)
             if last or not active:
                 break
-            check_at = next_check(k, [float(rec["rel"][i]) for i in active], [last_rel[i] for i in active], last_k,
-                                 tol, check_every, min_steps, k)
-            last_k, last_rel = k, [float(r) for r in rec["rel"]]
+            check_at = next_check(k, rec["rel"][active], last_rel[active], last_k, tol, check_every, min_steps, k)
+            last_k, last_rel = k, rec["rel"].copy()
         for i in active:
             V[i, k] = res[i] / max(beta[i], tiny)
     return rec, k
