@@ -325,8 +325,9 @@ def timed_part(part: str, fn, counts) -> None:
         print(out + "\n")
     if len(by_count) > 1:
         print("### Each side at its best thread count\n\n" + best_of_report(by_count) + "\n")
-    if by_count and len(targets_report(by_count).splitlines()) > 2:
-        print("### Speed targets (ARPACK / ours)\n\n" + targets_report(by_count) + "\n")
+    targets = targets_report(by_count) if by_count else ""
+    if len(targets.splitlines()) > 2:  # a size with a target was measured
+        print("### Speed targets (ARPACK / ours)\n\n" + targets + "\n")
 
 
 def main(argv=None):
