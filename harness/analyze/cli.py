@@ -83,7 +83,7 @@ def _inputs(a, model_spec, device):
         model, _, _ = I.load_model(model_spec, device)
         size = getattr(model.config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
-        import torch
+        from harness.kernels.linalg import all_finite
 
         fix = "give a folder of PNG/JPEG files or a .npy batch shaped (B, H, W, C) or (B, C, H, W)"
         try:
@@ -93,7 +93,7 @@ def _inputs(a, model_spec, device):
         except (ValueError, RuntimeError, IndexError, TypeError, OSError) as e:  # a file that is not an image batch
             raise validate.UsageError("--images", f"{a.images} cannot be read as images ({e.__class__.__name__}: "
                                                   f"{str(e)[:160]})", fix) from None
-        if imgs.dim() != 4 or imgs.shape[0] == 0 or not bool(torch.isfinite(imgs).all()):
+        if imgs.dim() != 4 or imgs.shape[0] == 0 or not all_finite(imgs):
             raise validate.UsageError("--images", f"{a.images} holds no usable image (shape "
                                                   f"{tuple(imgs.shape)}, or values that are not finite)", fix)
         return imgs[:k] if k else imgs

@@ -28,6 +28,7 @@ from harness.bounds.mass_splitting import (covariance_term, duplicate_tokens, du
                                            mass_splitting_map, split_lipschitz, split_terms)
 from harness.kernels.attention import AttentionWeights, augment_input, causal_mask, check_input, check_pair
 from harness.kernels.layer import truth as layer_truth
+from harness.kernels.linalg import all_finite
 
 Tensor = torch.Tensor
 
@@ -50,7 +51,7 @@ def _check_w(w) -> None:
 
 def _check_radius(R, name: str = "radius") -> Tensor:
     R = torch.as_tensor(R, dtype=torch.float64)
-    if not torch.isfinite(R).all():
+    if not all_finite(R):
         raise ValueError(f"{name} must be finite, got {R}")
     if (R < 0).any():
         raise ValueError(f"{name} must be >= 0, got {R}")

@@ -14,6 +14,7 @@ import torch
 
 from harness.kernels.attention import causal_mask, check_input
 from harness.kernels.power import operator_norm
+from harness.kernels.linalg import all_finite
 
 Tensor = torch.Tensor
 
@@ -26,7 +27,7 @@ def _check_AV(A: Tensor, V: Tensor, d: int) -> None:
         if not isinstance(M, torch.Tensor) or tuple(M.shape) != (d, d):
             got = tuple(M.shape) if isinstance(M, torch.Tensor) else type(M).__name__
             raise ValueError(f"{name} must have shape (d, d) = {(d, d)}, got {got}")
-        if not torch.isfinite(M).all():
+        if not all_finite(M):
             raise ValueError(f"{name} contains NaN or inf values")
 
 
@@ -39,7 +40,7 @@ def check_masses(masses: Optional[Tensor], X: Tensor) -> Tensor:
         masses = torch.as_tensor(masses, dtype=X.dtype, device=X.device)
     if masses.dim() < 1 or masses.shape[-1] != n:
         raise ValueError(f"masses must have shape (..., n) with n = {n}, got {tuple(masses.shape)}")
-    if not torch.isfinite(masses).all():
+    if not all_finite(masses):
         raise ValueError("masses contain NaN or inf values")
     if (masses <= 0).any():
         raise ValueError("masses must be strictly positive (the weighted norm needs w_i > 0)")

@@ -17,6 +17,7 @@ import torch
 
 from harness.kernels.attention import AttentionWeights, augment_input, check_pair, probs
 from harness.kernels.softmax import g_k, jsm_norm, jsm_singular_values, sorted_desc
+from harness.kernels.linalg import all_finite
 
 Tensor = torch.Tensor
 
@@ -88,7 +89,7 @@ def row_penalty(P: Tensor, k: int, eps: float = 1e-12) -> Tensor:
         raise ValueError(f"k must be 0 (eq. 8) or an integer > 1 (eq. 9), got {k!r}")
     if k > P.shape[-1]:
         raise ValueError(f"k = {k} exceeds the number of keys n = {P.shape[-1]}")
-    if not torch.isfinite(P).all():
+    if not all_finite(P):
         raise ValueError("P contains NaN or inf values")
     lg1 = torch.log(g_k(P, 1) + eps)
     if k == 0:

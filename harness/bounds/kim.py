@@ -18,6 +18,7 @@ from typing import Union
 import torch
 
 from harness.kernels.attention import AttentionWeights, augment_input, check_input, check_pair
+from harness.kernels.linalg import all_finite
 
 Tensor = torch.Tensor
 
@@ -29,7 +30,7 @@ def _prepare(X, w, r):
         raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
     check_pair(X, w)
     r = torch.as_tensor(r, dtype=X.dtype, device=X.device)
-    if not torch.isfinite(r).all() or (r < 0).any():
+    if not all_finite(r) or (r < 0).any():
         raise ValueError(f"r (ball radius) must be finite and >= 0, got {r}")
     if w.has_bias:  # JaSMin Remark 2: weights concatenated with their biases, input [X, 1]
         X, w = augment_input(X), w.augmented()

@@ -17,7 +17,7 @@ from typing import Union
 import torch
 
 from harness.kernels.attention import AttentionWeights, causal_mask, check_pair, probs, project
-from harness.kernels.linalg import prod_norm, spec  # noqa: F401 (re-exported for harness.bounds.lofast)
+from harness.kernels.linalg import all_finite, prod_norm, spec  # noqa: F401 (re-exported for harness.bounds.lofast)
 from harness.kernels.operators import MGram, ZetaGram, reduce_qk
 
 Tensor = torch.Tensor
@@ -35,7 +35,7 @@ def check_eps(eps: Union[float, Tensor], X: Tensor) -> Tensor:
     if isinstance(eps, bool) or not isinstance(eps, (int, float, torch.Tensor)):
         raise ValueError(f"eps must be a number or a tensor, got {type(eps).__name__}")
     e = torch.as_tensor(eps, dtype=X.dtype, device=X.device)
-    if not torch.isfinite(e).all():
+    if not all_finite(e):
         raise ValueError(f"eps must be finite, got {eps}")
     if (e < 0).any():
         raise ValueError(f"eps must be >= 0, got {eps}")
@@ -63,7 +63,7 @@ def stable_probs(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor
     are computed from the normalized Q, K and clamped to +-max, so the rows become the limit (hard) softmax
     instead of NaN. Equal to kernels.attention.probs whenever the scores are finite."""
     P = probs(X, w, causal)
-    if bool(torch.isfinite(P).all()):
+    if all_finite(P):
         return P
     Q, K = query_key(X, w)  # (..., h, n, dh)
     sq = Q.abs().amax((-1, -2), keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)

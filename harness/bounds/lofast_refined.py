@@ -34,7 +34,7 @@ import torch
 from harness.bounds import lofast
 from harness.bounds.lofast_ops import check_eps, prepare, query_key
 from harness.kernels.attention import AttentionWeights, causal_mask
-from harness.kernels.linalg import spec
+from harness.kernels.linalg import all_finite, spec
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -73,7 +73,7 @@ def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
 def softmax_constant(t: RowTerms, eps: Eps) -> Tensor:
     """c_l(eps) = max_i min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||))): (..., h) for eps scalar or (...,)."""
     e = torch.as_tensor(eps, dtype=t.logp.dtype, device=t.logp.device)
-    if bool((e < 0).any()) or not bool(torch.isfinite(e).all()):
+    if bool((e < 0).any()) or not all_finite(e):
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
     e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
     rho = e * (t.key_side.unsqueeze(-1) + t.query_side + e * t.b[:, None]) / math.sqrt(t.dh)  # (..., h, n)

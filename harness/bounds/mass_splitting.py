@@ -17,6 +17,7 @@ from harness.bounds.castin_weighted import (_check_AV, check_masses, covariances
                                             weighted_jacobian_norm, weighted_probs)
 from harness.kernels.attention import AttentionWeights, check_input
 from harness.kernels.layer import layer_operator
+from harness.kernels.linalg import all_finite
 
 Tensor = torch.Tensor
 
@@ -74,7 +75,7 @@ def mass_splitting_map(x1: Union[float, Tensor], x2: Union[float, Tensor], p: Un
     x1, x2, p = (_as_t(t, dtype, device) for t in (x1, x2, p))
     x1, x2, p = torch.broadcast_tensors(x1, x2, p)
     for name, t in (("x1", x1), ("x2", x2), ("p", p)):
-        if not torch.isfinite(t).all():
+        if not all_finite(t):
             raise ValueError(f"{name} contains NaN or inf values")
     if ((p <= 0) | (p >= 1)).any():
         raise ValueError("p must lie strictly inside (0, 1)")

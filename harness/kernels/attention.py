@@ -13,14 +13,14 @@ import torch
 
 from harness.settings import COMPUTE_DTYPES, torch_dtype
 
-from .linalg import prod_norm
+from .linalg import all_finite, prod_norm
 
 Tensor = torch.Tensor
 
 
 def check_finite(name: str, t: Tensor) -> None:
     """Raise ValueError if `t` holds NaN or inf."""
-    if not torch.isfinite(t).all():
+    if not all_finite(t):
         raise ValueError(f"{name} contains NaN or inf values")
 
 

@@ -48,7 +48,7 @@ def kw_epsilon(N: int, k, fail_prob: float):
     (>= 1: no bound)."""
     if not 0 < fail_prob < 1:
         raise ValueError(f"fail_prob must be in (0, 1), got {fail_prob}")
-    k = torch.as_tensor(k, dtype=torch.float64)
+    k = k if isinstance(k, Tensor) and k.is_floating_point() else torch.as_tensor(k, dtype=torch.float64)
     num = math.log(KW_CONST * math.sqrt(max(N, 1)) / fail_prob)
     return (num / (2 * k - 1).clamp_min(1)) ** 2
 
@@ -134,10 +134,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     The iteration runs under torch.inference_mode (no autograd bookkeeping on its many small ops); the results
     are returned as ordinary tensors.
     """
-    if reorth not in ("auto", "full", "partial"):
-        raise ValueError(f"reorth must be 'auto', 'full' or 'partial', got {reorth!r}")
-    if int(krylov) < 2:  # a thick restart keeps >= 1 Ritz vector plus the residual
-        raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
+    check_options(krylov, reorth)
     with torch.inference_mode():
         out = _lanczos(op, x0.detach(), iters, tol, int(krylov), keep, check_every, min_steps, fail_prob, reorth)
     return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in out))
@@ -149,6 +146,14 @@ def basis_size(krylov: int, iters: int, N: int) -> int:
     return max(1, min(int(krylov), iters + 1, N))
 
 
+def check_options(krylov: int, reorth: str) -> None:
+    """The solvers' argument rules (this module's and harness.kernels.small's)."""
+    if reorth not in ("auto", "full", "partial"):
+        raise ValueError(f"reorth must be 'auto', 'full' or 'partial', got {reorth!r}")
+    if int(krylov) < 2:  # a thick restart keeps >= 1 Ritz vector plus the residual
+        raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
+
+
 def is_lean(B: int, m: int, N: int, itemsize: int) -> bool:
     """A large space or a batch's basis beyond the cache, where reading the basis costs more than the operator:
     the solver then reorthogonalizes partially under reorth="auto" (see lanczos)."""
@@ -156,17 +161,33 @@ def is_lean(B: int, m: int, N: int, itemsize: int) -> bool:
 
 
 def unit_start(x0: Tensor) -> Tensor:
-    """x0 (B, N) normalized row by row; a zero or non-finite row becomes the constant unit vector."""
+    """x0 (B, N) normalized row by row; a zero or non-finite row becomes the constant unit vector. On the CPU the
+    usual case, every norm positive and finite (so every row finite and nonzero), is one division; otherwise each
+    row is divided by its largest magnitude before its norm is taken, so rows whose norm overflows or is
+    subnormal come out unit too."""
     N = x0.shape[-1]
-    nrm = safe_norm(x0)
-    x = x0 / nrm.clamp_min(torch.finfo(x0.dtype).tiny)[:, None]
-    ok = torch.isfinite(x).all(-1, keepdim=True) & (nrm > 0)[:, None]
+    if x0.device.type == "cpu" and x0.numel():
+        nrm = safe_norm(x0)
+        lo, hi = torch.aminmax(nrm)
+        if float(lo) > 0 and float(hi) <= torch.finfo(x0.dtype).max:
+            return x0 / nrm[:, None]
+    m = x0.abs().amax(-1, keepdim=True)  # NaN where the row holds one
+    ok = torch.isfinite(m) & (m > 0)
+    x = x0 / torch.where(ok, m, torch.ones_like(m))
+    x = x / x.norm(dim=-1, keepdim=True).clamp_min(1)  # entries <= 1 with one of them +-1: norm in [1, sqrt(N)]
     return torch.where(ok, x, torch.ones_like(x) / math.sqrt(N))
 
 
 class Outputs:
     """Per original operator (B,): the last Ritz value, convergence flag, Ritz vector, products spent, residual,
     Krylov dimension of the unrestarted first cycle (the KW certificate's k) and breakdown flag."""
+
+    @classmethod
+    def of(cls, **fields: Tensor) -> "Outputs":
+        """Outputs holding given per-operator tensors (all seven fields of __init__), e.g. another solver's."""
+        out = cls.__new__(cls)
+        out.__dict__.update(fields)
+        return out
 
     def __init__(self, B: int, N: int, dt, dev):
         self.theta = torch.zeros(B, dtype=dt, device=dev)
@@ -202,19 +223,21 @@ class Outputs:
         """(value, converged, vector, steps, rel, upper, kw_eps): sigma = sqrt(theta) c, and the certified upper
         estimate sqrt(theta / (1 - eps_KW)) c (plus a 100 k eps rounding slack) when fail_prob is given."""
         dt = self.theta.dtype
-        eps_m = torch.finfo(dt).eps
-        finite = torch.isfinite(self.theta) & torch.isfinite(self.vec).all(-1)
+        # the vectors are unit or zero, so a row sum is finite exactly when the row is (one reduction, not a pass
+        # per entry test)
+        finite = torch.isfinite(self.theta) & torch.isfinite(self.vec.sum(-1))
         self.conv &= finite
-        value = self.theta.clamp_min(0).sqrt() * scale
+        theta = self.theta.clamp_min(0)
+        value = theta.sqrt() * scale
         upper = kw = None
         if fail_prob is not None:
-            kw = kw_epsilon(N, self.first, fail_prob).to(dt).to(self.theta.device)
+            k = self.first.to(torch.float64)
+            kw = kw_epsilon(N, k, fail_prob).to(dt)  # in float64, then rounded once
             # an invariant Krylov subspace stays the same for every larger k, so the KW bound holds with k -> inf
-            kw = torch.where(self.broke & (self.first < m), torch.zeros_like(kw), kw)
-            slack = 1 + RITZ_ROUNDING * eps_m * self.first.to(dt)  # rounding of the computed Ritz value
-            up_t = self.theta.clamp_min(0) / (1 - kw).clamp_min(0) * slack
-            upper = torch.where(kw < 1, up_t.sqrt() * scale, torch.full_like(value, float("inf")))
-            upper = torch.where(finite, upper, torch.full_like(upper, float("nan")))
+            kw = torch.where(self.broke & (self.first < m), 0.0, kw)
+            slack = 1 + RITZ_ROUNDING * torch.finfo(dt).eps * k.to(dt)  # rounding of the computed Ritz value
+            upper = torch.where(kw < 1, (theta * slack / (1 - kw)).sqrt() * scale, float("inf"))
+            upper = torch.where(finite, upper, float("nan"))
         return value, self.conv, self.vec, self.steps, self.rel, upper, kw
 
 

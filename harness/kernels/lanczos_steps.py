@@ -13,6 +13,7 @@ One iteration on the batch held by a `LanczosState`:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 
@@ -20,7 +21,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from harness.kernels.linalg import safe_norm
+from harness.kernels.linalg import all_finite, safe_norm
 
 Tensor = torch.Tensor
 
@@ -56,11 +57,16 @@ def stemr_top(d: np.ndarray, e: np.ndarray, p: int):
     """Top p eigenpairs of the symmetric tridiagonal matrix with diagonal d (k,) and subdiagonal e (k - 1,), by
     LAPACK's stemr on those indices only: (values (p,) ascending, vectors (k, p)), or None where LAPACK fails."""
     k = len(d)
-    (stemr,) = scipy.linalg.get_lapack_funcs(("stemr",), (d,))
     sub = np.zeros_like(d)  # stemr reads k - 1 subdiagonal entries from a k-array
     sub[:k - 1] = e
-    _, w, z, info = stemr(d.copy(), sub, 2, 0.0, 0.0, k - p + 1, k, compute_v=1)
+    _, w, z, info = _stemr(d.dtype.char)(d.copy(), sub, 2, 0.0, 0.0, k - p + 1, k, compute_v=1)
     return (w[:p], z[:, :p]) if info == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def _stemr(char: str):
+    """LAPACK's stemr for a NumPy dtype character (the lookup costs more than a small decomposition)."""
+    return scipy.linalg.get_lapack_funcs(("stemr",), (np.zeros(1, char),))[0]
 
 
 def top_eigh(H: Tensor, p: int, tridiagonal: bool = False):
@@ -236,7 +242,7 @@ class LanczosState:
         hm = torch.maximum(self.hmax, h.abs().amax((-1, -2)))
         odd = ~(beta > 100 * eps * torch.maximum(hm, beta).clamp_min(tiny))
         odd = bool((odd & ~self.frozen).any() if self.any_frozen else odd.any())
-        if odd and not bool(torch.isfinite(beta).all()):
+        if odd and not all_finite(beta):
             beta = safe_norm(w)
         self.hmax = torch.maximum(hm, beta)
         if self._pro:

@@ -16,7 +16,8 @@ or on the codomain side (N = n^2, O(n^2 r)) when n < r: R R^T S = Y K'^T + Q' Y^
 Scale c = ||K'||_F + ||Q'||_F >= ||R||. Deterministic upper bound: ||K'|| + ||Q'|| (= xi_l, eq. 21).
 
 Lemma 1: T(G) = H G + sum_l P_l G wv_l wo_l on G (n x d); Gram T^T T by matvec then rmatvec (no reduction exists
-when h dh = d: [wv_1 .. wv_h] is square). Scale c = ||H|| + sum_l ||P_l||_F ||wv_l wo_l||_F >= ||T||.
+when h dh = d: [wv_1 .. wv_h] is square). Scale c = ||H|| + sum_l ||P_l||_F ||wv_l||_F ||wo_l||_F >= ||T||
+(Frobenius norms of the factors: no d x d product is formed).
 """
 from __future__ import annotations
 
@@ -113,11 +114,9 @@ class ZetaGram(GramOperator):
         self.h, self.dh, self.d, self.n = h, dh, d, P.shape[-1]
         self.Wv = wv.permute(1, 0, 2).reshape(d, h * dh)  # (d, h*dh): all heads' wv side by side
         self.Wo = wo.reshape(h * dh, d)  # (h*dh, d): concat @ Wo sums the heads
-        # ||VO_l||_F, or sqrt(||wv^T wv||_F ||wo wo^T||_F) >= it when the d x d product is the dearer one
-        vo = (_fro(wv @ wo) if d <= 4 * dh
-              else (_fro(wv.transpose(-1, -2) @ wv) * _fro(wo @ wo.transpose(-1, -2))).sqrt())
+        vo = _fro(wv) * _fro(wo)  # (h,): ||wv_l||_F ||wo_l||_F >= ||VO_l||_F, without forming a product
         c = (1.0 if residual else 0.0) + (_fro(P) * vo).sum(-1)  # (B,) >= ||T||
-        self.scale = torch.where(torch.isfinite(c) & (c > 0), c, torch.ones_like(c))
+        self.scale = torch.where(torch.isfinite(c) & (c > 0), c, 1.0)
         self.P = P / self.scale[:, None, None, None]
         self.res = (1.0 if residual else 0.0) / self.scale  # (B,)
         self.dim = self.n * d

@@ -6,6 +6,8 @@ from typing import Callable, Optional, Union
 
 import torch
 
+from harness.kernels.linalg import all_finite
+
 Tensor = torch.Tensor
 
 
@@ -46,7 +48,7 @@ def pgd_maximize(objective: Callable[[Tensor], Tensor], X0: Tensor, eps: Union[f
     event_dims = X0.dim() - batch_dims
     batch_shape = X0.shape[:batch_dims]
     eps_t = torch.as_tensor(eps, dtype=X0.dtype, device=X0.device)
-    if (eps_t < 0).any() or not torch.isfinite(eps_t).all():
+    if (eps_t < 0).any() or not all_finite(eps_t):
         raise ValueError(f"eps must be finite and >= 0, got {eps}")
     if steps < 0 or restarts < 1:
         raise ValueError(f"need steps >= 0 and restarts >= 1, got steps={steps}, restarts={restarts}")

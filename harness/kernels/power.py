@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.kernels.krylov import CallableGram, lanczos
-from harness.kernels.linalg import safe_norm
+from harness.kernels.linalg import all_finite, safe_norm
 from harness.settings import SUSPICIOUS_STEPS, norm_tol
 
 Tensor = torch.Tensor
@@ -211,7 +211,7 @@ def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float]
     """
     if not isinstance(X, torch.Tensor) or not X.is_floating_point():
         raise ValueError("X must be a floating torch.Tensor")
-    if not torch.isfinite(X).all():
+    if not all_finite(X):
         raise ValueError("X contains NaN or inf values")
     if batch_dims is None:
         batch_dims = max(X.dim() - 2, 0)

@@ -31,14 +31,16 @@ that rule.
 """
 from __future__ import annotations
 
+import functools
 import math
 from functools import partial
 from typing import Callable, List, Optional
 
 import numpy as np
+import scipy.linalg
 import torch
 
-from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, basis_size, is_lean, unit_start
+from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, basis_size, check_options, is_lean, unit_start
 from harness.kernels.krylov import lanczos as restarted_lanczos
 from harness.kernels.lanczos_steps import next_check, stemr_top
 from harness.kernels.operators import MGram, ZetaGram
@@ -76,13 +78,17 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     if isinstance(op, MGram):
         n, r, K, Q = op.n, op.r, as_np(op.K), as_np(op.Q)
         if op.side == "domain":
-            C, KQ = as_np(op.C), as_np(op.KQ)
+            C, QK = as_np(op.C), np.concatenate([Q, K], -1)  # QK: [Q', K'] (B, n, 2r)
 
-            def m_domain(v, K, Q, C, KQ):
+            def m_domain(v, K, Q, C, QK, T):  # T: (2r, r) scratch for [Z^T K'; Z^T Q']
                 Z = v.reshape(n, r)
-                T = Z.T @ KQ  # [Z^T K', Z^T Q']
-                return (Z @ C + Q @ T[:, :r] + K @ T[:, r:]).ravel()
-            return [partial(m_domain, K=K[i], Q=Q[i], C=C[i], KQ=KQ[i]) for i in range(len(K))]
+                np.matmul(Z.T, K, out=T[:r])
+                np.matmul(Z.T, Q, out=T[r:])
+                out = Z @ C
+                out += QK @ T  # Q' Z^T K' + K' Z^T Q'
+                return out.ravel()
+            return [partial(m_domain, K=K[i], Q=Q[i], C=C[i], QK=QK[i], T=np.empty((2 * r, r), dt))
+                    for i in range(len(K))]
 
         def m_codomain(v, K, Q):
             S = v.reshape(n, n)
@@ -92,14 +98,19 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     n, d, h, dh = op.n, op.d, op.h, op.dh
     P, Wv, Wo = as_np(op.P), as_np(op.Wv), as_np(op.Wo)
     PT = np.ascontiguousarray(P.transpose(0, 1, 3, 2))
+    WvT, WoT = np.ascontiguousarray(Wv.T), np.ascontiguousarray(Wo.T)
     res = op.res.detach().reshape(-1).tolist()  # (B,): 1 / scale with the residual, else 0
 
-    def zeta(v, P, PT, res):
+    def zeta(v, P, PT, res, heads):  # heads: (h, n, dh) scratch for the per-head products
         G = v.reshape(n, d)
-        T = (P @ (G @ Wv).reshape(n, h, dh).transpose(1, 0, 2)).transpose(1, 0, 2).reshape(n, h * dh) @ Wo + res * G
-        Z = (T @ Wo.T).reshape(n, h, dh).transpose(1, 0, 2)
-        return ((PT @ Z).transpose(1, 0, 2).reshape(n, h * dh) @ Wv.T + res * T).ravel()
-    return [partial(zeta, P=P[i], PT=PT[i], res=res[i]) for i in range(len(P))]
+        np.matmul(P, (G @ Wv).reshape(n, h, dh).transpose(1, 0, 2), out=heads)
+        T = heads.transpose(1, 0, 2).reshape(n, h * dh) @ Wo
+        T += res * G
+        np.matmul(PT, (T @ WoT).reshape(n, h, dh).transpose(1, 0, 2), out=heads)
+        out = heads.transpose(1, 0, 2).reshape(n, h * dh) @ WvT
+        out += res * T
+        return out.ravel()
+    return [partial(zeta, P=P[i], PT=PT[i], res=res[i], heads=np.empty((h, n, dh), dt)) for i in range(len(P))]
 
 
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
@@ -108,23 +119,19 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     """`krylov.lanczos`'s arguments and result for an `MGram` or `ZetaGram` batch on the CPU (module docstring);
     anything else goes to `krylov.lanczos`. `keep` and `reorth` reach the restarted solver only, for the rows it
     takes over: this one reorthogonalizes fully, as the torch solver does in spaces this small."""
-    if reorth not in ("auto", "full", "partial"):
-        raise ValueError(f"reorth must be 'auto', 'full' or 'partial', got {reorth!r}")
-    if int(krylov) < 2:
-        raise ValueError(f"krylov (the basis size) must be >= 2, got {krylov}")
+    check_options(krylov, reorth)
     B, N = x0.shape
     m = basis_size(krylov, iters, N)
     if not _handles(op, x0) or is_lean(B, m, N, x0.element_size()) or reorth == "partial":  # the torch solver's
         return restarted_lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth)
     x = unit_start(x0.detach()).numpy()
     rec, products = _iterate(_products(op, x.dtype), x, m, iters, tol, check_every, min(min_steps, N))
-    out = Outputs(B, N, x0.dtype, x0.device)
-    for name, arr in rec.items():
-        setattr(out, name, torch.from_numpy(arr))
+    out = Outputs.of(**{name: torch.from_numpy(arr) for name, arr in rec.items()})
     value, conv, vec, steps, rel, upper, kw = out.result(op.scale.detach().to(x0.dtype), N, m, fail_prob)
     passes = 2 * products
-    handed = ~conv & (steps == m) & (steps < iters) & torch.isfinite(value)
-    if bool(handed.any()):  # the basis filled up: the thick-restart solver decides these rows, from their own start
+    full = m < iters and int(rec["steps"].max()) == m  # some row filled the basis with products left
+    handed = (~conv & (steps == m) & torch.isfinite(value)) if full else None
+    if full and bool(handed.any()):  # the thick-restart solver decides these rows, from their own start
         r = restarted_lanczos(op.select(handed), x0[handed], iters, tol, krylov, keep, check_every, min_steps,
                               fail_prob, reorth)
         for mine, theirs in ((value, r.value), (conv, r.converged), (vec, r.vector), (rel, r.rel), (steps, r.steps)):
@@ -145,8 +152,9 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
     eps, tiny = float(np.finfo(dt).eps), float(np.finfo(dt).tiny)
     rec = dict(theta=np.zeros(B, dt), conv=np.zeros(B, bool), vec=np.zeros((B, N), dt), steps=np.zeros(B, np.int64),
                rel=np.full(B, np.inf, dt), first=np.zeros(B, np.int64), broke=np.zeros(B, bool))
-    V = np.zeros((B, m + 1, N), dt)
+    V = np.empty((B, m + 1, N), dt)  # row k is written before it is read (no zero-filling of the whole basis)
     V[:, 0] = x
+    gemv = _gemv(dt.char)
     a, b = np.zeros((B, m), dt), np.zeros((B, m), dt)
     hmax, beta = [0.0] * B, [0.0] * B
     res: List[Optional[np.ndarray]] = [None] * B
@@ -158,11 +166,11 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
         odd = False
         for i in active:
             w = grams[i](V[i, k])
-            Vk = V[i, :k + 1]
-            c = Vk @ w  # classical Gram-Schmidt, twice
-            w -= c @ Vk
-            c2 = Vk @ w
-            w -= c2 @ Vk
+            Vt = V[i, :k + 1].T  # (N, k + 1), Fortran-ordered: BLAS reads it in place
+            c = gemv(1.0, Vt, w, trans=1)  # classical Gram-Schmidt, twice: c = V_k w, w -= V_k^T c in place
+            gemv(-1.0, Vt, c, beta=1.0, y=w, overwrite_y=1)
+            c2 = gemv(1.0, Vt, w, trans=1)
+            gemv(-1.0, Vt, c2, beta=1.0, y=w, overwrite_y=1)
             c += c2
             a[i, k] = c[k]
             bt = math.sqrt(float(w @ w))  # NaN or inf when w is not finite (the scaled spectrum lies in [0, 1])
@@ -182,8 +190,14 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
             check_at = next_check(k, rec["rel"][active], last_rel[active], last_k, tol, check_every, min_steps, k)
             last_k, last_rel = k, rec["rel"].copy()
         for i in active:
-            V[i, k] = res[i] / max(beta[i], tiny)
+            np.divide(res[i], max(beta[i], tiny), out=V[i, k])
     return rec, k
+
+
+@functools.lru_cache(maxsize=None)
+def _gemv(char: str):
+    """BLAS gemv for a NumPy dtype character: one call for w -= V^T c, with no temporary."""
+    return scipy.linalg.blas.get_blas_funcs("gemv", (np.zeros(1, char),))
 
 
 def _test(i: int, rec: dict, a, b, beta: float, hmax: float, Vk, k: int, N: int, tol: float, min_steps: int,

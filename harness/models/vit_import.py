@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.errors import AttnLipError, DataNotFound
+from harness.kernels.linalg import all_finite
 from harness.models import hub
 from harness.models.vit import ViT
 
@@ -212,7 +213,7 @@ def _take(tensors: dict, where: dict, prefix: str, key: str, shape: tuple, used:
     if tuple(t.shape) != tuple(shape):
         raise BadCheckpoint(f"{where[k]}: tensor {k!r} has shape {tuple(t.shape)}, config.json implies "
                             f"{tuple(shape)}")
-    if not t.is_floating_point() or not torch.isfinite(t).all():
+    if not t.is_floating_point() or not all_finite(t):
         raise BadCheckpoint(f"{where[k]}: tensor {k!r} is not finite floating point ({t.dtype})")
     used.add(k)
     return t.to(torch.float32)
