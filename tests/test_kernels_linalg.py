@@ -22,8 +22,10 @@ def exact_norms(v: torch.Tensor) -> np.ndarray:
     return np.array([math.hypot(*row) for row in v.double().tolist()])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("magnitude", [1.0, 1e-3, 1e30, 1e-30, 1e200, 1e-170, 1e-310])
+MAGNITUDES = {torch.float32: (1.0, 1e-3, 1e30, 1e-30), torch.float64: (1.0, 1e-3, 1e30, 1e-30, 1e200, 1e-170, 1e-310)}
+
+
+@pytest.mark.parametrize("dtype, magnitude", [(dt, m) for dt, ms in MAGNITUDES.items() for m in ms])
 def test_safe_norm_equals_the_exact_norm_at_every_magnitude(dtype, magnitude):
     """The plain norm where it is trusted, the scaled one elsewhere: every row within a few ulps of the exact
     norm, including magnitudes where squaring overflows (1e200 in float64, 1e30 in float32) or underflows
@@ -32,8 +34,7 @@ def test_safe_norm_equals_the_exact_norm_at_every_magnitude(dtype, magnitude):
     g = torch.Generator().manual_seed(0)
     base = torch.randn(5, 300, dtype=torch.float64, generator=g)
     v = (base * magnitude).to(dtype)
-    if not bool(torch.isfinite(v).all()) or float(v.abs().max()) == 0:
-        pytest.skip(f"{magnitude} is outside {dtype}'s range")
+    assert bool(torch.isfinite(v).all()) and float(v.abs().min()) > 0
     want = exact_norms(v)
     got = safe_norm(v).double().numpy()
     assert np.all(np.abs(got - want) <= 8 * fi.eps * want + 4 * fi.smallest_normal * fi.eps), (got, want)
