@@ -96,6 +96,9 @@ def test_unit_start_normalizes_every_finite_nonzero_row(dtype):
         assert torch.allclose(u[i].double(), r / math.hypot(*r.tolist()), rtol=20 * fi.eps, atol=0), i
     for i in (2, 3, 4):
         assert torch.equal(u[i], const), i
+    for i in (0, 1, 5):  # each row alone: a batch of finite rows takes the one-division path where it can
+        ui = unit_start(x[i:i + 1])
+        assert abs(float(ui.double().norm()) - 1) <= 20 * fi.eps, i
 
 
 @pytest.mark.parametrize("residual", [True, False])

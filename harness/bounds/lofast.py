@@ -146,8 +146,8 @@ def _ordinary(obj):
 
 def _inference(fn):
     """Run an exact norm under torch.inference_mode (its many small tensor operations dispatch faster there: about
-    3 % of zeta at n = 32, where the work is milliseconds) and hand back ordinary tensors. Nothing in it is
-    differentiable: the values come from Lanczos."""
+    3 % of zeta at n = 32, where the work is milliseconds) and hand back ordinary tensors, detached: the values
+    come from Lanczos, and the certified upper estimates carry no autograd history either."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
         with torch.inference_mode():

@@ -162,14 +162,14 @@ def is_lean(B: int, m: int, N: int, itemsize: int) -> bool:
 
 def unit_start(x0: Tensor) -> Tensor:
     """x0 (B, N) normalized row by row; a zero or non-finite row becomes the constant unit vector. On the CPU the
-    usual case, every norm positive and finite (so every row finite and nonzero), is one division; otherwise each
-    row is divided by its largest magnitude before its norm is taken, so rows whose norm overflows or is
-    subnormal come out unit too."""
+    usual case, every norm a normal finite number (so every row finite and nonzero), is one division; otherwise
+    each row is divided by its largest magnitude before its norm is taken, so rows whose norm overflows or is
+    subnormal (a subnormal norm carries too few bits to divide by) come out unit too."""
     N = x0.shape[-1]
     if x0.device.type == "cpu" and x0.numel():
         nrm = safe_norm(x0)
-        lo, hi = torch.aminmax(nrm)
-        if float(lo) > 0 and float(hi) <= torch.finfo(x0.dtype).max:
+        lo, hi = torch.aminmax(nrm.detach())
+        if float(lo) >= torch.finfo(x0.dtype).tiny and float(hi) <= torch.finfo(x0.dtype).max:  # normal norms
             return x0 / nrm[:, None]
     m = x0.abs().amax(-1, keepdim=True)  # NaN where the row holds one
     ok = torch.isfinite(m) & (m > 0)
