@@ -14,7 +14,9 @@ can rise (BERT-base: 1.64 -> 1.87 GB), since freed blocks are reused rather than
 The experiment runner's worker (harness.run.worker) sets it before every cell and gives the freed memory back to the
 system after the cell (`release_freed_memory`, glibc's malloc_trim), so a cell reuses its own freed blocks while
 each cell's peak RSS (cell metadata, the memory-budget warning) is still its own, not an earlier cell's high-water
-mark. Python callers may call both themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
+mark. A Lanczos basis of more than 32 MiB is reused by the kernels themselves
+(harness.kernels.lanczos_steps.basis_buffer), and `release_freed_memory` drops that buffer too. Python callers may
+call both themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
 libraries (musl, macOS) are left alone."""
 from __future__ import annotations
 
@@ -64,8 +66,12 @@ def retain_freed_memory() -> bool:
 
 
 def release_freed_memory() -> bool:
-    """Give the memory freed so far back to the system (glibc's malloc_trim(0): free heap pages, top and middle).
-    True where it ran; False under another C library."""
+    """Give the memory freed so far back to the system (glibc's malloc_trim(0): free heap pages, top and middle),
+    after dropping the Lanczos basis buffer the kernels keep between calls where they are loaded. True where
+    malloc_trim ran; False under another C library."""
+    steps = sys.modules.get("harness.kernels.lanczos_steps")  # never imported here: this module loads before torch
+    if steps is not None:
+        steps.release_workspace()
     trim = _glibc("malloc_trim")
     if trim is None:
         return False

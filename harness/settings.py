@@ -47,6 +47,10 @@ Algorithm choices by size
 - `PARTIAL_MIN_DIM` = 4096, `PARTIAL_MIN_BYTES` = 32 MiB: reorth="auto" switches from full to Simon's partial
   reorthogonalization from this operator dimension or this size of the batch's basis on (below, the whole basis
   stays in cache and full reorthogonalization is cheaper than the bookkeeping; docs/notes/kernels.md).
+- `WORKSPACE_BYTES` = 2 x `KRYLOV_BYTES`: Lanczos bases up to this size on the CPU reuse one buffer kept between
+  solver calls (per thread and dtype) instead of a fresh mapping faulted in page by page on every call
+  (kernels.lanczos_steps.basis_buffer). The bound norms' basis is `KRYLOV_BYTES` plus its extra vector, so it
+  always fits; the cost is memory held after the call, up to this much per dtype.
 - `DENSE_MAX` = 384: n * d up to which kernels.layer.lipschitz forms J_F(X) explicitly (one batched product)
   and takes its SVD instead of iterating (below it the dense route is faster and exact).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
@@ -122,6 +126,7 @@ KRYLOV_BYTES = 128 * 2**20
 KRYLOV_MIN, KRYLOV_MAX = 8, 64
 PARTIAL_MIN_DIM = 4096
 PARTIAL_MIN_BYTES = 32 * 2**20
+WORKSPACE_BYTES = 2 * KRYLOV_BYTES
 DENSE_MAX = 384
 SUSPICIOUS_STEPS = 2
 

@@ -36,7 +36,7 @@ import torch
 
 from harness.kernels import lanczos_steps
 from harness.settings import PARTIAL_MIN_BYTES, PARTIAL_MIN_DIM, RITZ_ROUNDING
-from harness.kernels.linalg import safe_norm
+from harness.kernels.linalg import safe_norm, trusted_norm
 
 Tensor = torch.Tensor
 
@@ -48,7 +48,7 @@ def kw_epsilon(N: int, k, fail_prob: float):
     (>= 1: no bound)."""
     if not 0 < fail_prob < 1:
         raise ValueError(f"fail_prob must be in (0, 1), got {fail_prob}")
-    k = k if isinstance(k, Tensor) and k.is_floating_point() else torch.as_tensor(k, dtype=torch.float64)
+    k = torch.as_tensor(k, dtype=torch.float64)
     num = math.log(KW_CONST * math.sqrt(max(N, 1)) / fail_prob)
     return (num / (2 * k - 1).clamp_min(1)) ** 2
 
@@ -162,15 +162,13 @@ def is_lean(B: int, m: int, N: int, itemsize: int) -> bool:
 
 def unit_start(x0: Tensor) -> Tensor:
     """x0 (B, N) normalized row by row; a zero or non-finite row becomes the constant unit vector. On the CPU the
-    usual case, every norm a normal finite number (so every row finite and nonzero), is one division; otherwise
-    each row is divided by its largest magnitude before its norm is taken, so rows whose norm overflows or is
-    subnormal (a subnormal norm carries too few bits to divide by) come out unit too."""
+    usual case, every norm finite and at least sqrt(tiny) / eps (`linalg.trusted_norm`), is one division;
+    otherwise each row is divided by its largest magnitude before its norm is taken, so rows whose norm overflows
+    or is tiny (a subnormal norm carries too few bits to divide by) come out unit too."""
     N = x0.shape[-1]
-    if x0.device.type == "cpu" and x0.numel():
-        nrm = safe_norm(x0)
-        lo, hi = torch.aminmax(nrm.detach())
-        if float(lo) >= torch.finfo(x0.dtype).tiny and float(hi) <= torch.finfo(x0.dtype).max:  # normal norms
-            return x0 / nrm[:, None]
+    nrm = trusted_norm(x0)  # every norm normal (above sqrt(tiny) / eps) and finite, else None
+    if nrm is not None:
+        return x0 / nrm[:, None]
     m = x0.abs().amax(-1, keepdim=True)  # NaN where the row holds one
     ok = torch.isfinite(m) & (m > 0)
     x = x0 / torch.where(ok, m, torch.ones_like(m))
@@ -251,31 +249,34 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob
     scale0 = op.scale.to(x0.dtype)  # (B,) before any deflation
     lean = is_lean(B, m, N, x0.element_size())
     s = lanczos_steps.LanczosState(op, unit_start(x0), m, lean, reorth == "partial" or (reorth == "auto" and lean))
-    steps = products = 0
-    check_at = max(check_every, min_steps)  # earlier: only on a breakdown (`odd`)
-    last_k, last_rel = 0, out.rel.clone()
-    while s.idx.numel() and steps < iters:
-        w = s.expand()
-        steps += 1
-        products += 1
-        w, beta, odd = s.append(*s.reorthogonalize(w))
-        full, last = s.k == m, steps >= iters
-        t = None
-        if full or last or odd or s.k >= check_at or s.k >= N:
-            t = s.convergence_test(beta, p if full else 1, tol, min_steps, steps)
-            finish = out.record(s, t, steps, last)
-            if bool(s.frozen.all()) or last:
-                break
-            if bool(finish.any()):
-                w, beta, t = s.deflate(w, beta, t)
-            act = s.idx[~s.frozen]
-            check_at = lanczos_steps.next_check(s.k, out.rel[act], last_rel[act], last_k, tol, check_every,
-                                                min_steps, steps)
-            last_k, last_rel = s.k, out.rel.clone()
-        nxt = s.next_vector(w, beta, None if t is None else t.broke)
-        if full:
-            shift = s.restart(nxt, beta, t, p)
-            check_at, last_k = check_at - shift, last_k - shift  # test positions follow the new numbering
-        else:
-            s.extend(nxt, beta)
-    return (*out.result(scale0, N, m, fail_prob), products, s.passes)
+    try:  # the basis buffer goes back to the workspace however the run ends
+        steps = products = 0
+        check_at = max(check_every, min_steps)  # earlier: only on a breakdown (`odd`)
+        last_k, last_rel = 0, out.rel.clone()
+        while s.idx.numel() and steps < iters:
+            w = s.expand()
+            steps += 1
+            products += 1
+            w, beta, odd = s.append(*s.reorthogonalize(w))
+            full, last = s.k == m, steps >= iters
+            t = None
+            if full or last or odd or s.k >= check_at or s.k >= N:
+                t = s.convergence_test(beta, p if full else 1, tol, min_steps, steps)
+                finish = out.record(s, t, steps, last)
+                if bool(s.frozen.all()) or last:
+                    break
+                if bool(finish.any()):
+                    w, beta, t = s.deflate(w, beta, t)
+                act = s.idx[~s.frozen]
+                check_at = lanczos_steps.next_check(s.k, out.rel[act], last_rel[act], last_k, tol, check_every,
+                                                    min_steps, steps)
+                last_k, last_rel = s.k, out.rel.clone()
+            nxt = s.next_vector(w, beta, None if t is None else t.broke)
+            if full:
+                shift = s.restart(nxt, beta, t, p)
+                check_at, last_k = check_at - shift, last_k - shift  # test positions follow the new numbering
+            else:
+                s.extend(nxt, beta)
+        return (*out.result(scale0, N, m, fail_prob), products, s.passes)
+    finally:
+        s.release()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -22,8 +23,40 @@ import scipy.linalg
 import torch
 
 from harness.kernels.linalg import all_finite, safe_norm
+from harness.settings import WORKSPACE_BYTES
 
 Tensor = torch.Tensor
+
+_WORKSPACE = threading.local()  # per thread: buf, one CPU byte buffer kept between runs; busy, whether a run holds it
+
+
+def basis_buffer(B: int, rows: int, N: int, dtype: torch.dtype, device) -> tuple:
+    """An uninitialized (B, rows, N) tensor for a Lanczos basis, and the callable that ends the run's use of it.
+
+    On the CPU a basis of up to `WORKSPACE_BYTES` is a view of one byte buffer kept between runs (per thread, shared
+    by every dtype, grown when a run needs more). A fresh block of tens of MB is mapped by the C library on
+    allocation, unmapped on free and faulted in page by page on its first writes: 28,000 page faults per call for
+    64 inputs' ||M_l|| at n = 32 (a 130 MB basis; docs/notes/kernels.md, "Batches and paper-size analyze"). Only
+    what a run writes is read, so reuse changes no value. While a run holds the buffer (a solver called inside an
+    operator) another run gets a fresh tensor. Other devices get torch's allocator (CUDA's caches already), and
+    so do larger bases. The cost is memory held after the run, up to one basis; `release_workspace` drops it."""
+    nbytes = B * rows * N * dtype.itemsize
+    if torch.device(device).type != "cpu" or nbytes > WORKSPACE_BYTES or getattr(_WORKSPACE, "busy", False):
+        return torch.empty(B, rows, N, dtype=dtype, device=device), lambda: None
+    buf = getattr(_WORKSPACE, "buf", None)
+    if buf is None or buf.numel() < nbytes:
+        _WORKSPACE.buf = None  # the old buffer is freed before the larger one is mapped
+        buf = _WORKSPACE.buf = torch.empty(nbytes, dtype=torch.uint8)
+    _WORKSPACE.busy = True
+
+    def done():
+        _WORKSPACE.busy = False
+    return buf[:nbytes].view(dtype).view(B, rows, N), done
+
+
+def release_workspace() -> None:
+    """Drop this thread's kept basis buffer (`basis_buffer`); harness.process.release_freed_memory calls it."""
+    _WORKSPACE.buf = None
 
 
 def rounding_level(N: int, eps: float) -> float:
@@ -59,14 +92,16 @@ def stemr_top(d: np.ndarray, e: np.ndarray, p: int):
     k = len(d)
     sub = np.zeros_like(d)  # stemr reads k - 1 subdiagonal entries from a k-array
     sub[:k - 1] = e
-    _, w, z, info = _stemr(d.dtype.char)(d.copy(), sub, 2, 0.0, 0.0, k - p + 1, k, compute_v=1)
+    _, w, z, info = routine("stemr", d.dtype.char)(d.copy(), sub, 2, 0.0, 0.0, k - p + 1, k, compute_v=1)
     return (w[:p], z[:, :p]) if info == 0 else None
 
 
 @functools.lru_cache(maxsize=None)
-def _stemr(char: str):
-    """LAPACK's stemr for a NumPy dtype character (the lookup costs more than a small decomposition)."""
-    return scipy.linalg.get_lapack_funcs(("stemr",), (np.zeros(1, char),))[0]
+def routine(name: str, char: str):
+    """scipy's BLAS or LAPACK routine `name` ("gemv", "stemr", "syevr") for a NumPy dtype character, looked up once
+    (the lookup costs more than a small decomposition)."""
+    lookup = scipy.linalg.get_blas_funcs if hasattr(scipy.linalg.blas, "d" + name) else scipy.linalg.get_lapack_funcs
+    return lookup((name,), (np.zeros(1, char),))[0]
 
 
 def top_eigh(H: Tensor, p: int, tridiagonal: bool = False):
@@ -98,7 +133,7 @@ def top_eigh(H: Tensor, p: int, tridiagonal: bool = False):
             if top is not None:
                 vals[i], vecs[i] = top
     else:
-        (syevr,) = scipy.linalg.get_lapack_funcs(("syevr",), (Hn,))
+        syevr = routine("syevr", Hn.dtype.char)
         for i in ok:
             w, z, _, _, info = syevr(Hn[i], compute_v=1, range="I", il=k - p + 1, iu=k, lower=1)
             if info == 0:
@@ -173,7 +208,7 @@ class LanczosState:
         dt, dev = x.dtype, x.device
         self.op, self.m, self.N, self.lean, self.partial = op, m, N, lean, partial
         self.eps, self.tiny = torch.finfo(dt).eps, torch.finfo(dt).tiny
-        self.V = torch.empty(B, m + 1, N, dtype=dt, device=dev)  # only V[:, :k] is ever read
+        self.V, self.release = basis_buffer(B, m + 1, N, dt, dev)  # only V[:, :k] is ever read
         self.V[:, 0] = x
         self.H = torch.zeros(B, m + 1, m + 1, dtype=dt, device=dev)  # lower triangle only (what top_eigh reads)
         self.hmax = torch.zeros(B, dtype=dt, device=dev)

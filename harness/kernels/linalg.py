@@ -53,15 +53,24 @@ def safe_norm(v: Tensor, dim: int = -1) -> Tensor:
     devices, where the check would cost a synchronization) the entries are divided by their largest magnitude
     first. NaN stays NaN.
     """
-    if v.device.type == "cpu" and v.is_floating_point() and v.numel():
-        plain = torch.linalg.vector_norm(v, dim=dim)
-        lo, hi = torch.aminmax(plain.detach())
-        if float(lo) >= _plain_floor(v.dtype) and float(hi) <= torch.finfo(v.dtype).max:
-            return plain
+    plain = trusted_norm(v, dim)
+    if plain is not None:
+        return plain
     m = v.abs().amax(dim, keepdim=True)
     ms = torch.where(m > 0, m, torch.ones_like(m))
     ms = torch.where(torch.isfinite(ms), ms, torch.ones_like(ms))
     return (v / ms).norm(dim=dim) * ms.squeeze(dim)
+
+
+def trusted_norm(v: Tensor, dim: int = -1):
+    """The plain 2-norm over `dim` where it can be trusted without scaling, else None: on the CPU, every result
+    finite and at least `_plain_floor` (then also a normal number, so dividing by it is exact to rounding). The
+    check reads the result, which costs a synchronization elsewhere, so other devices always get None."""
+    if v.device.type != "cpu" or not v.is_floating_point() or not v.numel():
+        return None
+    plain = torch.linalg.vector_norm(v, dim=dim)
+    lo, hi = torch.aminmax(plain.detach())
+    return plain if float(lo) >= _plain_floor(v.dtype) and float(hi) <= torch.finfo(v.dtype).max else None
 
 
 def _plain_floor(dtype) -> float:

@@ -31,18 +31,16 @@ that rule.
 """
 from __future__ import annotations
 
-import functools
 import math
 from functools import partial
 from typing import Callable, List, Optional
 
 import numpy as np
-import scipy.linalg
 import torch
 
 from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, basis_size, check_options, is_lean, unit_start
 from harness.kernels.krylov import lanczos as restarted_lanczos
-from harness.kernels.lanczos_steps import next_check, stemr_top
+from harness.kernels.lanczos_steps import next_check, routine, stemr_top
 from harness.kernels.operators import MGram, ZetaGram
 from harness.settings import PARTIAL_MIN_DIM
 
@@ -154,7 +152,7 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
                rel=np.full(B, np.inf, dt), first=np.zeros(B, np.int64), broke=np.zeros(B, bool))
     V = np.empty((B, m + 1, N), dt)  # row k is written before it is read (no zero-filling of the whole basis)
     V[:, 0] = x
-    gemv = _gemv(dt.char)
+    gemv = routine("gemv", dt.char)  # BLAS: w -= V^T c in one call, with no temporary
     a, b = np.zeros((B, m), dt), np.zeros((B, m), dt)
     hmax, beta = [0.0] * B, [0.0] * B
     res: List[Optional[np.ndarray]] = [None] * B
@@ -192,12 +190,6 @@ def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: floa
         for i in active:
             np.divide(res[i], max(beta[i], tiny), out=V[i, k])
     return rec, k
-
-
-@functools.lru_cache(maxsize=None)
-def _gemv(char: str):
-    """BLAS gemv for a NumPy dtype character: one call for w -= V^T c, with no temporary."""
-    return scipy.linalg.blas.get_blas_funcs("gemv", (np.zeros(1, char),))
 
 
 def _test(i: int, rec: dict, a, b, beta: float, hmax: float, Vk, k: int, N: int, tol: float, min_steps: int,
