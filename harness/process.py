@@ -14,8 +14,9 @@ can rise (BERT-base: 1.64 -> 1.87 GB), since freed blocks are reused rather than
 The experiment runner's worker (harness.run.worker) sets it before every cell and gives the freed memory back to the
 system after the cell (`release_freed_memory`, glibc's malloc_trim), so a cell reuses its own freed blocks while
 each cell's peak RSS (cell metadata, the memory-budget warning) is still its own, not an earlier cell's high-water
-mark. A Lanczos basis of more than 32 MiB is reused by the kernels themselves
-(harness.kernels.lanczos_steps.basis_buffer), and `release_freed_memory` drops that buffer too. Python callers may
+mark. The kernels keep their Lanczos basis themselves (harness.kernels.lanczos_steps.basis_buffer, one buffer
+per thread of up to 256 MiB, so bases above 32 MiB are not mapped afresh either), and `release_freed_memory` drops
+the calling thread's buffer too. Python callers may
 call both themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
 libraries (musl, macOS) are left alone."""
 from __future__ import annotations

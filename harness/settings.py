@@ -48,9 +48,10 @@ Algorithm choices by size
   reorthogonalization from this operator dimension or this size of the batch's basis on (below, the whole basis
   stays in cache and full reorthogonalization is cheaper than the bookkeeping; docs/notes/kernels.md).
 - `WORKSPACE_BYTES` = 2 x `KRYLOV_BYTES`: Lanczos bases up to this size on the CPU reuse one buffer kept between
-  solver calls (per thread and dtype) instead of a fresh mapping faulted in page by page on every call
-  (kernels.lanczos_steps.basis_buffer). The bound norms' basis is `KRYLOV_BYTES` plus its extra vector, so it
-  always fits; the cost is memory held after the call, up to this much per dtype.
+  solver calls (per thread, shared by every dtype) instead of a fresh mapping faulted in page by page on every
+  call (kernels.lanczos_steps.basis_buffer). The bound norms' basis is `KRYLOV_BYTES` plus its extra vector, so it
+  fits unless `KRYLOV_MIN` vectors alone exceed the budget or a caller asks for more (those allocate fresh); the
+  cost is memory held after the call, up to this much per thread that ran a solver.
 - `DENSE_MAX` = 384: n * d up to which kernels.layer.lipschitz forms J_F(X) explicitly (one batched product)
   and takes its SVD instead of iterating (below it the dense route is faster and exact).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from

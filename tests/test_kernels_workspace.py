@@ -123,24 +123,52 @@ def test_a_run_that_fails_gives_its_buffer_back():
     done()
 
 
-def test_reuse_changes_no_value(monkeypatch):
-    """Lanczos on a reused (dirty) buffer gives bitwise the values, vectors and certificates of fresh memory,
+def test_a_run_that_fails_while_starting_gives_its_buffer_back(monkeypatch):
+    X, w = case()
+    op = m_op(X, w)
+    x0 = torch.randn(op.scale.shape[0], op.dim, dtype=DT, generator=torch.Generator().manual_seed(1))
+    real = torch.Tensor.__setitem__
+
+    def failing(self, key, value):
+        if self.untyped_storage().data_ptr() == ptr(lanczos_steps._WORKSPACE.buf):
+            raise MemoryError("the start could not be written")
+        return real(self, key, value)
+    krylov.lanczos(op, x0, tol=1e-12, krylov=8)  # the buffer exists
+    monkeypatch.setattr(torch.Tensor, "__setitem__", failing)
+    with pytest.raises(MemoryError):
+        krylov.lanczos(op, x0, tol=1e-12, krylov=8)
+    monkeypatch.undo()
+    assert not lanczos_steps._WORKSPACE.busy
+
+
+def dirty():
+    """Fill this thread's kept buffer with NaN: what an earlier run might have left."""
+    buf = lanczos_steps._WORKSPACE.buf
+    buf.view(DT)[: buf.numel() // 8].fill_(float("nan"))
+
+
+@pytest.mark.parametrize("shape,reorth", [((4, 9, 12, 3), "full"), ((4, 9, 12, 3), "partial"),
+                                          ((1, 64, 128, 2), "auto")])  # the last: N = 8,192, the lean path
+def test_reuse_changes_no_value(monkeypatch, shape, reorth):
+    """Lanczos on a reused (NaN-filled) buffer gives bitwise the values, vectors and certificates of fresh memory,
     restarts and deflation included."""
-    X, w = case(batch=4, n=9, d=12, h=3)
+    batch, n, d, h = shape
+    X, w = case(batch=batch, n=n, d=d, h=h)
     op = m_op(X, w)
     x0 = torch.randn(op.scale.shape[0], op.dim, dtype=DT, generator=torch.Generator().manual_seed(2))
-    run = lambda: krylov.lanczos(op, x0, tol=1e-13, krylov=6, fail_prob=1e-6)
-    V, done = basis_buffer(op.scale.shape[0], 7, op.dim, DT, "cpu")  # the run's basis: 6 vectors + 1
-    V.fill_(float("nan"))  # what an earlier run might have left
-    done()
-    reused = [run()]
-    assert ptr(basis_buffer(1, 1, 1, DT, "cpu")[0]) == ptr(V)  # the run used (and gave back) that buffer
-    lanczos_steps._WORKSPACE.busy = False
-    reused.append(run())
+    run = lambda: krylov.lanczos(op, x0, tol=1e-13, krylov=6, fail_prob=1e-6, reorth=reorth)
+    first = run()
+    reused = []
+    for _ in range(2):
+        dirty()
+        reused.append(run())
+        assert ptr(basis_buffer(1, 1, 1, DT, "cpu")[0]) == ptr(lanczos_steps._WORKSPACE.buf)  # it was given back
+        lanczos_steps._WORKSPACE.busy = False
     monkeypatch.setattr(lanczos_steps, "WORKSPACE_BYTES", 0)
     fresh = run()
-    for r in reused:
-        assert r.steps.tolist() == fresh.steps.tolist()
+    assert int(fresh.products) > 6  # restarted
+    for r in [first] + reused:
+        assert r.steps.tolist() == fresh.steps.tolist() and r.products == fresh.products
         for a, b in ((r.value, fresh.value), (r.vector, fresh.vector), (r.upper, fresh.upper)):
             assert torch.equal(a, b)
     m1, m2 = L.m_norms(X, w), L.m_norms(X, w)

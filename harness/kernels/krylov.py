@@ -248,8 +248,10 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob
     out = Outputs(B, N, x0.dtype, x0.device)
     scale0 = op.scale.to(x0.dtype)  # (B,) before any deflation
     lean = is_lean(B, m, N, x0.element_size())
-    s = lanczos_steps.LanczosState(op, unit_start(x0), m, lean, reorth == "partial" or (reorth == "auto" and lean))
+    x = unit_start(x0)
+    s = None
     try:  # the basis buffer goes back to the workspace however the run ends
+        s = lanczos_steps.LanczosState(op, x, m, lean, reorth == "partial" or (reorth == "auto" and lean))
         steps = products = 0
         check_at = max(check_every, min_steps)  # earlier: only on a breakdown (`odd`)
         last_k, last_rel = 0, out.rel.clone()
@@ -279,4 +281,5 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob
                 s.extend(nxt, beta)
         return (*out.result(scale0, N, m, fail_prob), products, s.passes)
     finally:
-        s.release()
+        if s is not None:
+            s.release()

@@ -36,16 +36,18 @@ def basis_buffer(B: int, rows: int, N: int, dtype: torch.dtype, device) -> tuple
     On the CPU a basis of up to `WORKSPACE_BYTES` is a view of one byte buffer kept between runs (per thread, shared
     by every dtype, grown when a run needs more). A fresh block of tens of MB is mapped by the C library on
     allocation, unmapped on free and faulted in page by page on its first writes: 28,000 page faults per call for
-    64 inputs' ||M_l|| at n = 32 (a 130 MB basis; docs/notes/kernels.md, "Batches and paper-size analyze"). Only
-    what a run writes is read, so reuse changes no value. While a run holds the buffer (a solver called inside an
+    64 inputs' ||M_l|| at n = 32 (a 130 MiB basis; docs/notes/kernels.md, "Batches and paper-size analyze"). Only
+    what a run writes is read, so reuse changes no value; an operator must not keep the vectors it is given (they
+    are views of the buffer, which later runs overwrite). While a run holds the buffer (a solver called inside an
     operator) another run gets a fresh tensor. Other devices get torch's allocator (CUDA's caches already), and
-    so do larger bases. The cost is memory held after the run, up to one basis; `release_workspace` drops it."""
+    so do larger bases. The cost is memory held after the run, up to `WORKSPACE_BYTES` per thread that ran a
+    solver; `release_workspace` drops the calling thread's buffer."""
     nbytes = B * rows * N * dtype.itemsize
     if torch.device(device).type != "cpu" or nbytes > WORKSPACE_BYTES or getattr(_WORKSPACE, "busy", False):
         return torch.empty(B, rows, N, dtype=dtype, device=device), lambda: None
     buf = getattr(_WORKSPACE, "buf", None)
     if buf is None or buf.numel() < nbytes:
-        _WORKSPACE.buf = None  # the old buffer is freed before the larger one is mapped
+        buf = _WORKSPACE.buf = None  # the old buffer is freed before the larger one is mapped
         buf = _WORKSPACE.buf = torch.empty(nbytes, dtype=torch.uint8)
     _WORKSPACE.busy = True
 
@@ -98,10 +100,11 @@ def stemr_top(d: np.ndarray, e: np.ndarray, p: int):
 
 @functools.lru_cache(maxsize=None)
 def routine(name: str, char: str):
-    """scipy's BLAS or LAPACK routine `name` ("gemv", "stemr", "syevr") for a NumPy dtype character, looked up once
-    (the lookup costs more than a small decomposition)."""
-    lookup = scipy.linalg.get_blas_funcs if hasattr(scipy.linalg.blas, "d" + name) else scipy.linalg.get_lapack_funcs
-    return lookup((name,), (np.zeros(1, char),))[0]
+    """scipy's BLAS routine `name` for a real NumPy dtype character ("f", "d"), else its LAPACK one ("gemv";
+    "stemr", "syevr"), looked up once (the lookup costs more than a small decomposition)."""
+    if hasattr(scipy.linalg.blas, "d" + name):
+        return scipy.linalg.get_blas_funcs((name,), (np.zeros(1, char),))[0]
+    return scipy.linalg.get_lapack_funcs((name,), (np.zeros(1, char),))[0]
 
 
 def top_eigh(H: Tensor, p: int, tridiagonal: bool = False):
@@ -208,8 +211,6 @@ class LanczosState:
         dt, dev = x.dtype, x.device
         self.op, self.m, self.N, self.lean, self.partial = op, m, N, lean, partial
         self.eps, self.tiny = torch.finfo(dt).eps, torch.finfo(dt).tiny
-        self.V, self.release = basis_buffer(B, m + 1, N, dt, dev)  # only V[:, :k] is ever read
-        self.V[:, 0] = x
         self.H = torch.zeros(B, m + 1, m + 1, dtype=dt, device=dev)  # lower triangle only (what top_eigh reads)
         self.hmax = torch.zeros(B, dtype=dt, device=dev)
         self.idx = torch.arange(B, device=dev)
@@ -222,6 +223,12 @@ class LanczosState:
             self.omega_prev = torch.zeros_like(self.omega)
             self.force = False  # PRO reorthogonalizes two consecutive vectors
         self._pro = self._omega_new = None
+        self.V, self.release = basis_buffer(B, m + 1, N, dt, dev)  # last: nothing after it can fail but this write
+        try:
+            self.V[:, 0] = x  # only V[:, :k] is ever read
+        except BaseException:
+            self.release()
+            raise
 
     def expand(self) -> Tensor:
         """One Gram product of the newest basis vector: w (B', 1, N)."""
