@@ -172,6 +172,27 @@ def test_bench_exact_norms(benchmark, size, what, method):
     assert rel_diff(val, ref) <= 1e-6, (what, method, size)
 
 
+@pytest.mark.parametrize("size", [s for s in BENCH_SIZES if s in ("batch", "mid", "vitb", "big")] or ["batch"])
+@pytest.mark.parametrize("what", ["m", "zeta"])
+@pytest.mark.parametrize("basis", ["reused", "fresh"])
+def test_bench_basis_reuse(benchmark, monkeypatch, size, what, basis):
+    """The torch solver's basis kept between calls (kernels.lanczos_steps.basis_buffer) against a fresh one per
+    call (WORKSPACE_BYTES = 0): same values to the bit; compare the two rows of a group for the faults it saves."""
+    from harness.kernels import lanczos_steps
+
+    if benchmark.disabled:
+        size = "tinybatch"
+    X, w = case(size)
+    fn = METHODS[(what, "torch")]
+    ref = fn(X, w)
+    if basis == "fresh":
+        monkeypatch.setattr(lanczos_steps, "WORKSPACE_BYTES", 0)
+        lanczos_steps.release_workspace()
+    benchmark.group = f"basis {what} {size} {SIZES[size]}" + (f" x{BATCH[size]} inputs" if size in BATCH else "")
+    val = benchmark.pedantic(lambda: fn(X, w), rounds=1 if benchmark.disabled else 5, iterations=1)
+    assert torch.equal(val, ref)
+
+
 def test_arpack_reports_its_products():
     """The floor report's ARPACK columns count and time ARPACK's operator calls; the value is the dense one."""
     X, w = case("tiny")
