@@ -193,6 +193,24 @@ def test_bench_basis_reuse(benchmark, monkeypatch, size, what, basis):
     assert torch.equal(val, ref)
 
 
+def test_report_repeats_millisecond_calls_for_a_steady_median():
+    """benchmarks.report.measure: a call faster than FAST_CALL after its warm-up is repeated FAST_REPEATS times (a
+    no-op: 1 s / its time is far above), a slower one `repeats` times; the warm-up is not among the times."""
+    import time as _time
+
+    from benchmarks.report import FAST_CALL, FAST_REPEATS, measure
+
+    calls = []
+    val, t = measure(lambda: calls.append(1) or 7, 3, True)
+    assert val == 7 and len(calls) == 1 + FAST_REPEATS and t < FAST_CALL
+    calls.clear()
+    _, t = measure(lambda: calls.append(1) or _time.sleep(FAST_CALL * 1.2), 3, True)
+    assert len(calls) == 1 + 3 and t >= FAST_CALL
+    calls.clear()
+    measure(lambda: calls.append(1), 2, False)  # no warm-up: exactly the repeats asked for
+    assert len(calls) == 2
+
+
 def test_arpack_reports_its_products():
     """The floor report's ARPACK columns count and time ARPACK's operator calls; the value is the dense one."""
     X, w = case("tiny")

@@ -23,7 +23,8 @@ background job), and for analyze the busy / idle ratio. `--part lofast`: the old
 dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
-SVDs and the Jacobian runs are measured once, without warm-up). `--threads N` sets torch's threads and numpy's BLAS
+SVDs and the Jacobian runs are measured once, without warm-up); a call whose warm-up took under 50 ms is repeated
+for about a second (at most 60 times) instead of `--repeats` times, so millisecond cases get a steady median. `--threads N` sets torch's threads and numpy's BLAS
 threads (threadpoolctl) to N, so ARPACK's numpy operator and our torch one run on the same number of threads;
 `--threads 1,2` measures both counts in one run (kernels and floor parts), and the kernels part then
 adds each side at its own best count. Peak memory is measured separately, in a fresh child process
@@ -74,10 +75,20 @@ def restore_threads() -> None:
     _BLAS_FIRST.clear()
 
 
+FAST_CALL = 0.05  # seconds: a call this short gets repeated for about FAST_WALL seconds (at most FAST_REPEATS)
+FAST_WALL, FAST_REPEATS = 1.0, 60
+
+
 def measure(fn, repeats: int, warmup: bool):
-    """(value, median seconds) of wall-clock repeats."""
+    """(value, median seconds) of wall-clock repeats. After a warm-up call shorter than FAST_CALL, the call is
+    repeated for about FAST_WALL seconds (at most FAST_REPEATS times, at least `repeats`): the median of three
+    millisecond calls moved by about 10 % between runs on a shared host."""
     if warmup:
+        t0 = time.perf_counter()
         fn()
+        first = time.perf_counter() - t0
+        if first < FAST_CALL:
+            repeats = max(repeats, min(FAST_REPEATS, int(FAST_WALL / max(first, 1e-6))))
     times, val = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
