@@ -156,6 +156,11 @@ def rel_diff(a, b) -> float:
 BENCH_SIZES = os.environ.get("ATTNLIP_BENCH_SIZES", "small,batch,mid").split(",")
 
 
+def described(size: str) -> str:
+    """A size as benchmark groups name it: its name, (n, d, h) and the inputs of a batch."""
+    return f"{size} {SIZES[size]}" + (f" x{BATCH[size]} inputs" if size in BATCH else "")
+
+
 @pytest.mark.parametrize("size", BENCH_SIZES)
 @pytest.mark.parametrize("what", ["m", "zeta"])
 @pytest.mark.parametrize("method", ["ours", "torch", "arpack", "dense"])
@@ -165,7 +170,7 @@ def test_bench_exact_norms(benchmark, size, what, method):
     if method == "dense" and size not in DENSE:
         pytest.skip("the explicit matrix does not fit at this size")
     X, w = case(size)
-    benchmark.group = f"{what} {size} {SIZES[size]}" + (f" x{BATCH[size]} inputs" if size in BATCH else "")
+    benchmark.group = f"{what} {described(size)}"
     fn = METHODS[(what, method)]
     val = benchmark.pedantic(lambda: fn(X, w), rounds=1 if benchmark.disabled else 3, iterations=1)
     ref = METHODS[(what, "dense" if size in DENSE else "arpack")](X, w)
@@ -188,7 +193,7 @@ def test_bench_basis_reuse(benchmark, monkeypatch, size, what, basis):
     if basis == "fresh":
         monkeypatch.setattr(lanczos_steps, "WORKSPACE_BYTES", 0)
         lanczos_steps.release_workspace()
-    benchmark.group = f"basis {what} {size} {SIZES[size]}" + (f" x{BATCH[size]} inputs" if size in BATCH else "")
+    benchmark.group = f"basis {what} {described(size)}"
     val = benchmark.pedantic(lambda: fn(X, w), rounds=1 if benchmark.disabled else 5, iterations=1)
     assert torch.equal(val, ref)
 

@@ -24,8 +24,9 @@ dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
 SVDs and the Jacobian runs are measured once, without warm-up); a call whose warm-up took under 50 ms is repeated
-for about a second (at most 60 times) instead of `--repeats` times, so millisecond cases get a steady median. `--threads N` sets torch's threads and numpy's BLAS
-threads (threadpoolctl) to N, so ARPACK's numpy operator and our torch one run on the same number of threads;
+for about a second (at most 60 times) instead of `--repeats` times, so millisecond cases get a steady median.
+`--threads N` sets torch's threads and numpy's BLAS threads (threadpoolctl) to N, so ARPACK's numpy operator and our
+torch one run on the same number of threads;
 `--threads 1,2` measures both counts in one run (kernels and floor parts), and the kernels part then
 adds each side at its own best count. Peak memory is measured separately, in a fresh child process
 per job with MALLOC_MMAP_THRESHOLD_=131072 (glibc then maps every large tensor and unmaps it on free, so the RSS

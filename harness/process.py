@@ -16,9 +16,8 @@ system after the cell (`release_freed_memory`, glibc's malloc_trim), so a cell r
 each cell's peak RSS (cell metadata, the memory-budget warning) is still its own, not an earlier cell's high-water
 mark. The kernels keep their Lanczos basis themselves (harness.kernels.lanczos_steps.basis_buffer, one buffer
 per thread of up to 256 MiB, so bases above 32 MiB are not mapped afresh either), and `release_freed_memory` drops
-the calling thread's buffer too. Python callers may
-call both themselves. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C
-libraries (musl, macOS) are left alone."""
+the calling thread's buffer too. Python callers may call both themselves. A user's own MALLOC_MMAP_THRESHOLD_ /
+MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C libraries (musl, macOS) are left alone."""
 from __future__ import annotations
 
 import ctypes

@@ -4,6 +4,7 @@ harness.process.release_freed_memory; and reuse changes no value."""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 import torch
@@ -82,13 +83,10 @@ def test_other_threads_large_bases_and_other_devices_get_their_own(monkeypatch):
 def test_release_drops_the_buffer_and_the_runner_releases_it():
     V, done = basis_buffer(2, 5, 100, DT, "cpu")
     done()
-    kept = V.untyped_storage()
+    kept = weakref.ref(lanczos_steps._WORKSPACE.buf)
     del V
     process.release_freed_memory()
-    assert lanczos_steps._WORKSPACE.buf is None
-    W, done = basis_buffer(2, 5, 100, DT, "cpu")
-    assert W.untyped_storage() is not kept
-    done()
+    assert lanczos_steps._WORKSPACE.buf is None and kept() is None  # nothing holds the memory any more
 
 
 def case(seed=0, batch=3, n=6, d=8, h=2):
@@ -97,13 +95,24 @@ def case(seed=0, batch=3, n=6, d=8, h=2):
     return torch.randn(batch, n, d, dtype=DT, generator=g), w
 
 
-def m_op(X, w):
-    return m_gram(X, w)[0]
+def problem(seed: int, **shape):
+    """(X, w, the reduced ||M_l|| operators of every input and head, a seeded Gaussian start for them)."""
+    X, w = case(**shape)
+    op = m_gram(X, w)[0]
+    x0 = torch.randn(op.scale.shape[0], op.dim, dtype=DT, generator=torch.Generator().manual_seed(seed))
+    return X, w, op, x0
+
+
+def given_back():
+    """The last run gave the kept buffer back: the next request gets that very buffer."""
+    assert not lanczos_steps._WORKSPACE.busy
+    V, done = basis_buffer(1, 1, 8, DT, "cpu")
+    assert ptr(V) == ptr(lanczos_steps._WORKSPACE.buf)
+    done()
 
 
 def test_a_run_that_fails_gives_its_buffer_back():
-    X, w = case()
-    op = m_op(X, w)
+    _, _, op, x0 = problem(1)
     calls = []
 
     class Failing(MGram):
@@ -114,19 +123,13 @@ def test_a_run_that_fails_gives_its_buffer_back():
             return super().gram(V)
     bad = Failing.__new__(Failing)
     bad.__dict__.update(op.__dict__)
-    x0 = torch.randn(op.scale.shape[0], op.dim, dtype=DT, generator=torch.Generator().manual_seed(1))
     with pytest.raises(RuntimeError, match="operator failed"):
         krylov.lanczos(bad, x0, tol=1e-12, krylov=8)
-    assert not lanczos_steps._WORKSPACE.busy
-    V, done = basis_buffer(1, 1, 8, DT, "cpu")
-    assert ptr(V) == ptr(lanczos_steps._WORKSPACE.buf)
-    done()
+    given_back()
 
 
 def test_a_run_that_fails_while_starting_gives_its_buffer_back(monkeypatch):
-    X, w = case()
-    op = m_op(X, w)
-    x0 = torch.randn(op.scale.shape[0], op.dim, dtype=DT, generator=torch.Generator().manual_seed(1))
+    _, _, op, x0 = problem(1)
     real = torch.Tensor.__setitem__
 
     def failing(self, key, value):
@@ -138,7 +141,7 @@ def test_a_run_that_fails_while_starting_gives_its_buffer_back(monkeypatch):
     with pytest.raises(MemoryError):
         krylov.lanczos(op, x0, tol=1e-12, krylov=8)
     monkeypatch.undo()
-    assert not lanczos_steps._WORKSPACE.busy
+    given_back()
 
 
 def dirty():
@@ -153,17 +156,14 @@ def test_reuse_changes_no_value(monkeypatch, shape, reorth):
     """Lanczos on a reused (NaN-filled) buffer gives bitwise the values, vectors and certificates of fresh memory,
     restarts and deflation included."""
     batch, n, d, h = shape
-    X, w = case(batch=batch, n=n, d=d, h=h)
-    op = m_op(X, w)
-    x0 = torch.randn(op.scale.shape[0], op.dim, dtype=DT, generator=torch.Generator().manual_seed(2))
+    X, w, op, x0 = problem(2, batch=batch, n=n, d=d, h=h)
     run = lambda: krylov.lanczos(op, x0, tol=1e-13, krylov=6, fail_prob=1e-6, reorth=reorth)
     first = run()
     reused = []
     for _ in range(2):
         dirty()
         reused.append(run())
-        assert ptr(basis_buffer(1, 1, 1, DT, "cpu")[0]) == ptr(lanczos_steps._WORKSPACE.buf)  # it was given back
-        lanczos_steps._WORKSPACE.busy = False
+        given_back()
     monkeypatch.setattr(lanczos_steps, "WORKSPACE_BYTES", 0)
     fresh = run()
     assert int(fresh.products) > 6  # restarted
