@@ -249,9 +249,9 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob
     scale0 = op.scale.to(x0.dtype)  # (B,) before any deflation
     lean = is_lean(B, m, N, x0.element_size())
     x = unit_start(x0)
-    s = None
+    V, release = lanczos_steps.basis_buffer(B, m + 1, N, x.dtype, x.device)
     try:  # the basis buffer goes back to the workspace however the run ends
-        s = lanczos_steps.LanczosState(op, x, m, lean, reorth == "partial" or (reorth == "auto" and lean))
+        s = lanczos_steps.LanczosState(op, x, V, lean, reorth == "partial" or (reorth == "auto" and lean))
         steps = products = 0
         check_at = max(check_every, min_steps)  # earlier: only on a breakdown (`odd`)
         last_k, last_rel = 0, out.rel.clone()
@@ -281,5 +281,4 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob
                 s.extend(nxt, beta)
         return (*out.result(scale0, N, m, fail_prob), products, s.passes)
     finally:
-        if s is not None:
-            s.release()
+        release()

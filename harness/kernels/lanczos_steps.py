@@ -202,13 +202,14 @@ class RitzTest:
 
 
 class LanczosState:
-    """One run's batch: basis V (B', m+1, N) of which V[:, :k] is in use, projected matrix H (lower triangle), the
-    running max |H_ij| (breakdown threshold), active row -> original operator `idx`, finished rows still in the
-    batch `frozen` (operators without `select`), and partial reorthogonalization's estimates omega (Simon 1984)."""
+    """One run's batch: basis V (B', m+1, N), the caller's (who also gives it back), of which V[:, :k] is in use,
+    projected matrix H (lower triangle), the running max |H_ij| (breakdown threshold), active row -> original
+    operator `idx`, finished rows still in the batch `frozen` (operators without `select`), and partial
+    reorthogonalization's estimates omega (Simon 1984)."""
 
-    def __init__(self, op, x: Tensor, m: int, lean: bool, partial: bool):
+    def __init__(self, op, x: Tensor, V: Tensor, lean: bool, partial: bool):
         B, N = x.shape
-        dt, dev = x.dtype, x.device
+        dt, dev, m = x.dtype, x.device, V.shape[1] - 1
         self.op, self.m, self.N, self.lean, self.partial = op, m, N, lean, partial
         self.eps, self.tiny = torch.finfo(dt).eps, torch.finfo(dt).tiny
         self.H = torch.zeros(B, m + 1, m + 1, dtype=dt, device=dev)  # lower triangle only (what top_eigh reads)
@@ -223,12 +224,8 @@ class LanczosState:
             self.omega_prev = torch.zeros_like(self.omega)
             self.force = False  # PRO reorthogonalizes two consecutive vectors
         self._pro = self._omega_new = None
-        self.V, self.release = basis_buffer(B, m + 1, N, dt, dev)  # last: nothing after it can fail but this write
-        try:
-            self.V[:, 0] = x  # only V[:, :k] is ever read
-        except BaseException:
-            self.release()
-            raise
+        self.V = V  # the caller's (B, m + 1, N) basis (`basis_buffer`), uninitialized: only V[:, :k] is ever read
+        self.V[:, 0] = x
 
     def expand(self) -> Tensor:
         """One Gram product of the newest basis vector: w (B', 1, N)."""
