@@ -99,16 +99,26 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     WvT, WoT = np.ascontiguousarray(Wv.T), np.ascontiguousarray(Wo.T)
     res = op.res.detach().reshape(-1).tolist()  # (B,): 1 / scale with the residual, else 0
 
-    def zeta(v, P, PT, res, heads):  # heads: (h, n, dh) scratch for the per-head products
+    def zeta(v, P, PT, res, heads, proj, T, tmp):  # scratch: heads, proj (n, h dh); T, tmp (n, d)
+        # every intermediate goes to the operator's scratch (the per-head products write their columns of `heads`
+        # through a strided view): no allocation or copy inside a product, the same BLAS calls, the same values
         G = v.reshape(n, d)
-        np.matmul(P, (G @ Wv).reshape(n, h, dh).transpose(1, 0, 2), out=heads)
-        T = heads.transpose(1, 0, 2).reshape(n, h * dh) @ Wo
-        T += res * G
-        np.matmul(PT, (T @ WoT).reshape(n, h, dh).transpose(1, 0, 2), out=heads)
-        out = heads.transpose(1, 0, 2).reshape(n, h * dh) @ WvT
-        out += res * T
+        by_head = heads.reshape(n, h, dh).transpose(1, 0, 2)  # (h, n, dh) views: each head's columns
+        proj_by_head = proj.reshape(n, h, dh).transpose(1, 0, 2)
+        np.matmul(G, Wv, out=proj)
+        np.matmul(P, proj_by_head, out=by_head)
+        np.matmul(heads, Wo, out=T)  # the heads' outputs summed
+        np.multiply(G, res, out=tmp)
+        T += tmp
+        np.matmul(T, WoT, out=proj)
+        np.matmul(PT, proj_by_head, out=by_head)
+        out = heads @ WvT
+        np.multiply(T, res, out=tmp)
+        out += tmp
         return out.ravel()
-    return [partial(zeta, P=P[i], PT=PT[i], res=res[i], heads=np.empty((h, n, dh), dt)) for i in range(len(P))]
+    scratch = lambda: dict(heads=np.empty((n, h * dh), dt), proj=np.empty((n, h * dh), dt), T=np.empty((n, d), dt),
+                           tmp=np.empty((n, d), dt))
+    return [partial(zeta, P=P[i], PT=PT[i], res=res[i], **scratch()) for i in range(len(P))]
 
 
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
