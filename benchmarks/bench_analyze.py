@@ -104,7 +104,7 @@ def analyze_report(repeats: int, walls: Optional[list] = None) -> str:
              f"| forward pass + capture | {tim.get('forward_s', float('nan')):.2f} |"]
     lines += [f"| layer {l} (all bounds, truths, delta, PGD) | {t:.2f} |"
               for l, t in tim.get("layers_s", {}).items()]
-    lines += [f"| **total** | **{wall:.2f}** |", "", f"Target: <= 30 s on 2 threads; every run: "
+    lines += [f"| **total** | **{wall:.2f}** |", "", "Target: <= 30 s on 2 threads; every run: "
               + ", ".join(f"{r[0]:.1f}" for r in runs) + " s."]
     return "\n".join(lines)
 

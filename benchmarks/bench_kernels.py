@@ -199,11 +199,11 @@ def test_bench_basis_reuse(benchmark, monkeypatch, size, what, basis):
 
 
 def test_report_repeats_millisecond_calls_for_a_steady_median():
-    """benchmarks.report.measure: a call faster than FAST_CALL after its warm-up is repeated FAST_REPEATS times (a
+    """benchmarks.timing.measure: a call faster than FAST_CALL after its warm-up is repeated FAST_REPEATS times (a
     no-op: 1 s / its time is far above), a slower one `repeats` times; the warm-up is not among the times."""
     import time as _time
 
-    from benchmarks.report import FAST_CALL, FAST_REPEATS, measure
+    from benchmarks.timing import FAST_CALL, FAST_REPEATS, measure
 
     calls = []
     val, t = measure(lambda: calls.append(1) or 7, 3, True)
@@ -230,7 +230,7 @@ def test_arpack_reports_its_products():
 
 def test_floor_report_runs():
     """`python -m benchmarks.report --part floor` at the tiny size: one row, every column filled."""
-    from benchmarks.report import floor_report
+    from benchmarks.floor import floor_report
 
     rows = [l for l in floor_report(["tiny"], 1).splitlines() if l.startswith("| n=6 d=8 h=2 |")]
     assert len(rows) == 1
@@ -243,11 +243,12 @@ def test_floor_report_runs():
 def report_threads():
     """benchmarks.report with torch's thread count and the BLAS pools given back after the test."""
     import benchmarks.report as R
+    from benchmarks.timing import restore_threads
 
     before = torch.get_num_threads()
     yield R
     torch.set_num_threads(before)
-    R.restore_threads()
+    restore_threads()
 
 
 def test_report_threads_apply_to_torch_and_blas(capsys, monkeypatch, report_threads):
@@ -255,6 +256,7 @@ def test_report_threads_apply_to_torch_and_blas(capsys, monkeypatch, report_thre
     counts are that count (ARPACK runs on numpy: an unset BLAS pool would give it another count than ours); the BLAS
     pools get their original counts back afterwards."""
     from threadpoolctl import threadpool_info
+    from benchmarks.timing import restore_threads
 
     R = report_threads
     blas = lambda: sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
@@ -269,7 +271,7 @@ def test_report_threads_apply_to_torch_and_blas(capsys, monkeypatch, report_thre
                 ["--threads", "x"]):
         with pytest.raises(SystemExit):
             R.main(bad)
-    R.restore_threads()
+    restore_threads()
     assert blas() == original
 
 

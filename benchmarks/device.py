@@ -21,7 +21,7 @@ import time
 import torch
 
 from benchmarks.bench_kernels import SIZES, case, dense_m, dense_zeta
-from benchmarks.report import cpu_name
+from benchmarks.timing import cpu_name
 from harness.bounds import lofast as L
 from harness.bounds import registry as R
 

@@ -38,8 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -49,53 +47,11 @@ import torch
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
 from benchmarks.bench_analyze import BERT_RUNS, analyze_report, bert_report
+from benchmarks.floor import floor_report, peak_report
 from benchmarks.threads import background_job
+from benchmarks.timing import machine, measure, set_threads
 from harness.bounds import lofast as L
 from harness.process import retain_freed_memory
-
-
-_BLAS_FIRST = []  # the first BLAS limiter: restoring it gives back the thread counts from before any set_threads
-
-
-def set_threads(n: int) -> None:
-    """n threads for torch and for numpy's BLAS (ARPACK's numpy operator): both sides of a comparison get the same
-    count (numpy's OpenBLAS otherwise starts one thread per core whatever torch is told). The BLAS limit stays in
-    force until `restore_threads()` (threadpoolctl limits are not undone by garbage collection)."""
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(n)
-    lim = threadpool_limits(limits=n, user_api="blas")
-    if not _BLAS_FIRST:
-        _BLAS_FIRST.append(lim)
-
-
-def restore_threads() -> None:
-    """BLAS thread counts as they were before the first set_threads (torch's count is the caller's business)."""
-    for lim in _BLAS_FIRST:
-        lim.restore_original_limits()
-    _BLAS_FIRST.clear()
-
-
-FAST_CALL = 0.05  # seconds: a call this short gets repeated for about FAST_WALL seconds (at most FAST_REPEATS)
-FAST_WALL, FAST_REPEATS = 1.0, 60
-
-
-def measure(fn, repeats: int, warmup: bool):
-    """(value, median seconds) of wall-clock repeats. After a warm-up call shorter than FAST_CALL, the call is
-    repeated for about FAST_WALL seconds (at most FAST_REPEATS times, at least `repeats`): the median of three
-    millisecond calls moved by about 10 % between runs on a shared host."""
-    if warmup:
-        t0 = time.perf_counter()
-        fn()
-        first = time.perf_counter() - t0
-        if first < FAST_CALL:
-            repeats = max(repeats, min(FAST_REPEATS, int(FAST_WALL / max(first, 1e-6))))
-    times, val = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        val = fn()
-        times.append(time.perf_counter() - t0)
-    return val, statistics.median(times)
 
 
 def jobs(scale: str):
@@ -120,25 +76,6 @@ def peak_mb(scale: str, job: str, threads: int) -> float:
         return float(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return float("nan")
-
-
-def cpu_name() -> str:
-    """The processor's model name (/proc/cpuinfo), else what platform knows."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return cpu
-
-
-def machine(counts=None) -> str:
-    cpu = cpu_name()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    threads = "/".join(map(str, counts)) if counts else str(torch.get_num_threads())
-    return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__} with {threads} "
-            f"threads, load average {load:.1f} at start")
 
 
 def rows_small(scale: str, repeats: int, threads: int):
@@ -249,78 +186,6 @@ def targets_report(by_count) -> str:
         ratio = min(by_count[c][i]["arpack"] for c in counts) / min(by_count[c][i]["ours"] for c in counts)
         lines.append(f"| {r['size']} | {r['quantity']} | {ratio:.2f}x | {target:g}x | "
                      f"{'yes' if ratio >= target else 'no'} |")
-    return "\n".join(lines)
-
-
-def peak_report() -> str:
-    """float64/float32 GEMM rate of this machine (torch matmul, 2048^2) and the implied floor for zeta at ViT-B."""
-    lines = ["| dtype | GEMM GFLOP/s (2048 x 2048) | zeta ViT-B floor (s), 45 products x 1.05 GFLOP |",
-             "|---|---|---|"]
-    for dt in (torch.float64, torch.float32):
-        rate = gemm_rate(dt)
-        lines.append(f"| {str(dt).replace('torch.', '')} | {rate:.1f} | {45 * zeta_flops(197, 768) / (rate * 1e9):.2f} |")
-    return "\n".join(lines)
-
-
-def zeta_flops(n: int, d: int) -> int:
-    """FLOPs of one Gram product of the Lemma 1 operator (matvec + adjoint: 4 n d^2 + 2 n^2 d multiply-adds)."""
-    return 2 * (4 * n * d * d + 2 * n * n * d)
-
-
-def gemm_rate(dt) -> float:
-    """GFLOP/s of torch matmul on 2048 x 2048 matrices of dtype dt (median of 5, after a warm-up)."""
-    a, b = torch.randn(2048, 2048, dtype=dt), torch.randn(2048, 2048, dtype=dt)
-    _, t = measure(lambda: a @ b, 5, True)
-    return 2 * 2048 ** 3 / t / 1e9
-
-
-def floor_report(sizes, repeats: int) -> str:
-    """What bounds our zeta time from below where the zeta targets are not met (docs/notes/kernels.md).
-
-    Per size, in one run: ours end to end (`lofast.zeta`, tol 1e-8) and its Gram products; the same number of
-    products of our operator alone (`ZetaGram.gram` under inference mode, no solver); ARPACK end to end and its
-    Gram products (rmatvec calls), with the time spent inside its numpy operator; and the float64 GEMM floor of our
-    products (multiply-adds per product / this machine's 2048^2 GEMM rate). 2x ARPACK needs ours <= ARPACK / 2: when
-    our torch operator alone already takes longer, no solver on it can reach that (at n = 32 ours runs the NumPy
-    solver, harness.kernels.small, with its own products of the same arithmetic)."""
-    from benchmarks.bench_kernels import SIZES as KS, arpack_zeta, case as kcase
-    from harness.bounds.lofast_ops import prepare, stable_probs
-    from harness.kernels.operators import ZetaGram
-
-    rate = gemm_rate(torch.float64)
-    lines = [f"float64 GEMM rate (2048^2 torch matmul): {rate:.1f} GFLOP/s", "",
-             "| size | ours (ms) | our products | our operator alone (ms) | ARPACK (ms) | ARPACK products | "
-             "ARPACK operator (ms) | 2x ARPACK needs (ms) | GEMM floor of our products (ms) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for size in sizes:
-        X, w = kcase(size)
-        n, d, h = KS[size]
-        (z, info), t_ours = measure(lambda: L.zeta(X, w, tol=1e-8, return_info=True), repeats, True)
-        k = int(info.zeta.iters)
-        wp = prepare(X, w)
-        op = ZetaGram(stable_probs(X, wp).reshape(1, h, n, n), wp.wv, wp.wo, True)
-        v = torch.randn(1, n * d, dtype=X.dtype)
-
-        def products():
-            with torch.inference_mode():
-                for _ in range(k):
-                    op.gram(v)
-        _, t_op = measure(products, repeats, True)
-        runs = []
-        for _ in range(repeats + 1):  # the first is the warm-up
-            calls = []
-            t0 = time.perf_counter()
-            za = arpack_zeta(X, w, calls=calls)
-            n_rmv = sum(c[0] == "rmv" for c in calls)  # a Gram product: matvec + rmatvec (svds adds a matvec)
-            runs.append((time.perf_counter() - t0, n_rmv, sum(c[1] for c in calls)))
-        runs = sorted(runs[1:])
-        t_a, k_a, t_aop = runs[len(runs) // 2]
-        ms = lambda t: f"{1e3 * t:.3g}"
-        lines.append(f"| n={n} d={d} h={h} | {ms(t_ours)} | {k} | {ms(t_op)} | {ms(t_a)} | {k_a:.0f} | {ms(t_aop)} | "
-                     f"{ms(t_a / 2)} | {ms(k * zeta_flops(n, d) / (rate * 1e9))} |")
-        print(lines[-1], file=sys.stderr, flush=True)
-        if not float((z - za).abs() / za) <= 1e-6:
-            raise RuntimeError(f"zeta at {size}: ours {float(z)!r} and ARPACK {float(za)!r} disagree beyond 1e-6")
     return "\n".join(lines)
 
 

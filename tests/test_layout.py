@@ -133,10 +133,11 @@ def test_architecture_doc_names_every_module():
 
 
 def test_no_source_file_over_400_lines():
+    """The product's modules, the tests and the benchmarks alike."""
     big = [f"{f.relative_to(REPO)}: {n}" for f, _ in _sources()
            if (n := len(f.read_text().splitlines())) > 400]
-    big += [f"{f.relative_to(REPO)}: {n}" for f in sorted((REPO / "tests").glob("*.py"))
-            if (n := len(f.read_text().splitlines())) > 400]
+    big += [f"{f.relative_to(REPO)}: {n}" for folder in ("tests", "benchmarks")
+            for f in sorted((REPO / folder).glob("*.py")) if (n := len(f.read_text().splitlines())) > 400]
     assert not big, big
 
 
