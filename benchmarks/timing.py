@@ -66,6 +66,7 @@ def cpu_name() -> str:
 
 
 def machine(counts=None) -> str:
+    """The line a report starts with: processor, visible cores, torch version, thread count(s), load average."""
     cpu = cpu_name()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     threads = "/".join(map(str, counts)) if counts else str(torch.get_num_threads())
