@@ -7,7 +7,8 @@ ARPACK gets what a careful user writes: a LinearOperator over the same reduced r
 For zeta it gets the Lemma 1 operator G -> G + sum_l P_l G VO_l (matvec + adjoint through the factors).
 Dense: the explicit eq. 20 / eq. 12 matrices and a full SVD where they fit (n=32, d=64).
 
-Timed: `ATTNLIP_BENCH_SIZES=small,mid,vitb,big pytest benchmarks/bench_kernels.py --benchmark-only` (default: small,mid);
+Timed: `ATTNLIP_BENCH_SIZES=small,mid,vitb,big pytest benchmarks/bench_kernels.py --benchmark-only`
+(default: small,mid);
 as plain tests (`--benchmark-disable`, what CI runs) every case runs once at a tiny size and checks agreement.
 `python -m benchmarks.report` measures every size in one run and prints the markdown table.
 """
@@ -214,6 +215,23 @@ def test_report_repeats_millisecond_calls_for_a_steady_median():
     calls.clear()
     measure(lambda: calls.append(1), 2, False)  # no warm-up: exactly the repeats asked for
     assert len(calls) == 2
+
+
+def test_compared_calls_take_turns():
+    """benchmarks.timing.measure_alternating: after one warm-up each, the timed calls come in rounds, one block of
+    each callable per round (as many rounds as the slow one's `repeats`; the fast one's FAST_REPEATS calls spread
+    evenly over them), each median is over its own calls only, and each value is its callable's."""
+    import time as _time
+
+    from benchmarks.timing import FAST_CALL, FAST_REPEATS, measure_alternating
+
+    order = []
+    slow = lambda: order.append("slow") or _time.sleep(FAST_CALL * 1.2) or "s"
+    out = measure_alternating({"fast": lambda: order.append("fast") or "f", "slow": slow}, 3)
+    block = ["fast"] * (FAST_REPEATS // 3) + ["slow"]
+    assert order == ["fast", "slow"] + block * 3  # the warm-ups, then three rounds
+    assert out["fast"][0] == "f" and out["fast"][1] < FAST_CALL
+    assert out["slow"][0] == "s" and out["slow"][1] >= FAST_CALL
 
 
 def test_arpack_reports_its_products():

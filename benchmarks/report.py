@@ -24,7 +24,9 @@ dense vs svds with peak memory, jacobian_norm batching).
 
 Times are medians of wall-clock repeats (time.perf_counter) after a warm-up call, ours and ARPACK alike (the dense
 SVDs and the Jacobian runs are measured once, without warm-up); a call whose warm-up took under 50 ms is repeated
-for about a second (at most 60 times) instead of `--repeats` times, so millisecond cases get a steady median.
+for about a second (at most 60 times) instead of `--repeats` times, so millisecond cases get a steady median. In
+the kernels part ours, the torch solver and ARPACK take turns in rounds, a block of calls each
+(`timing.measure_alternating`), so a passing load on a shared host slows all three alike.
 `--threads N` sets torch's threads and numpy's BLAS threads (threadpoolctl) to N, so ARPACK's numpy operator and our
 torch one run on the same number of threads;
 `--threads 1,2` measures both counts in one run (kernels and floor parts), and the kernels part then
@@ -49,7 +51,7 @@ from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_
 from benchmarks.bench_analyze import BERT_RUNS, analyze_report, bert_report
 from benchmarks.floor import floor_report, peak_report
 from benchmarks.threads import background_job
-from benchmarks.timing import machine, measure, set_threads
+from benchmarks.timing import machine, measure, measure_alternating, set_threads
 from harness.bounds import lofast as L
 from harness.process import retain_freed_memory
 
@@ -124,10 +126,11 @@ def kernels_rows(sizes, repeats: int):
         n, d, h = KS[size]
         label = f"n={n} d={d} h={h}" + (f", {BATCH[size]} inputs" if size in BATCH else "")
         for what, name in (("m", "‖M_l‖ all heads"), ("zeta", "zeta")):
-            vo, to = measure(lambda: METHODS[(what, "ours")](X, w), repeats, True)
-            vr, tr = measure(lambda: METHODS[(what, "torch")](X, w), repeats, True)
-            # ARPACK gets the same treatment as ours: a warm-up call, then the median of `repeats`
-            va, ta = measure(lambda: METHODS[(what, "arpack")](X, w), repeats, True)
+            # ARPACK gets the same treatment as ours: a warm-up call, then the median of its repeats, the three
+            # sides taking turns
+            timed = measure_alternating({side: (lambda side=side: METHODS[(what, side)](X, w))
+                                         for side in ("ours", "torch", "arpack")}, repeats)
+            (vo, to), (vr, tr), (va, ta) = timed["ours"], timed["torch"], timed["arpack"]
             td = float("nan")
             ref = va
             if size in DENSE:

@@ -41,17 +41,43 @@ def measure(fn, repeats: int, warmup: bool):
     repeated for about FAST_WALL seconds (at most FAST_REPEATS times, at least `repeats`): the median of three
     millisecond calls moved by about 10 % between runs on a shared host."""
     if warmup:
-        t0 = time.perf_counter()
-        fn()
-        first = time.perf_counter() - t0
-        if first < FAST_CALL:
-            repeats = max(repeats, min(FAST_REPEATS, int(FAST_WALL / max(first, 1e-6))))
+        repeats = _repeats_after_warmup(fn, repeats)
     times, val = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
         val = fn()
         times.append(time.perf_counter() - t0)
     return val, statistics.median(times)
+
+
+def _repeats_after_warmup(fn, repeats: int) -> int:
+    """Run fn once (the warm-up) and return how often to time it: `repeats`, or for a call under FAST_CALL enough
+    for about FAST_WALL seconds (at most FAST_REPEATS)."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    return max(repeats, min(FAST_REPEATS, int(FAST_WALL / max(first, 1e-6)))) if first < FAST_CALL else repeats
+
+
+def measure_alternating(fns: dict, repeats: int) -> dict:
+    """{name: (value, median seconds)} for callables compared with each other: each gets its warm-up and its number
+    of timed calls as in `measure`, but the calls are made in rounds, one block of each callable per round (as
+    many rounds as the fewest calls any of them gets, each callable's calls spread evenly over them), so a load
+    that comes and goes on a shared host falls on every side alike instead of on whichever ran during it
+    (measured one after the other, two runs of the same code path a few seconds apart differed by 30 % on such a
+    host). Within a block the calls follow each other, as repeated calls in a user's program do."""
+    counts = {name: _repeats_after_warmup(fn, repeats) for name, fn in fns.items()}
+    rounds = max(1, min(counts.values()))
+    times = {name: [] for name in fns}
+    vals = {}
+    for r in range(rounds):
+        for name, fn in fns.items():
+            for _ in range(counts[name] // rounds + (1 if r < counts[name] % rounds else 0)):
+                t0 = time.perf_counter()
+                vals[name] = fn()
+                times[name].append(time.perf_counter() - t0)
+    return {name: (vals.get(name), statistics.median(times[name]) if times[name] else float("nan"))
+            for name in fns}
 
 
 def cpu_name() -> str:
