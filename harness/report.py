@@ -2,7 +2,6 @@
 (Experiment.summary on the table) and provenance (scale, cells, wall time, commit) from its manifest."""
 from __future__ import annotations
 
-import json
 import traceback
 from pathlib import Path
 from typing import List

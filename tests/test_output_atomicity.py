@@ -11,10 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from harness.store.codehash import REPO_ROOT
 

@@ -7,7 +7,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..store import claims as _claims
 from ..store.atomic import clean_stale_tmp
