@@ -169,3 +169,21 @@ def test_bad_inputs():
         jasmin.jasmin_penalty([], 0)
     with pytest.raises(ValueError):
         jasmin.multihead(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_an_analysis_terms_take_the_shared_p_norm(bias):
+    # InputState hands its ||P_l|| (eigenvalues of P P^T) to bound_terms instead of a second SVD; the factors
+    # equal the SVD-based ones to rounding, and a given P_norm is used as it is
+    from harness.bounds.input_state import InputState
+
+    g = _gen(9)
+    w = AttentionWeights.random(8, 2, scale=2.0, generator=g, bias=bias)
+    X = torch.randn(2, 40, 8, generator=g, dtype=DT)
+    s = InputState(X, w)
+    shared, alone = s.jasmin_terms, jasmin.bound_terms(X, w)
+    assert shared["p"] is s.P_norm
+    for k in alone:
+        torch.testing.assert_close(shared[k], alone[k], rtol=1e-13, atol=0)
+    marked = jasmin.bound_terms(X, w, P_norm=torch.full((2, 2), 7.0, dtype=DT))
+    assert bool((marked["p"] == 7.0).all())

@@ -44,3 +44,27 @@ def test_g_k_differentiable():
     z = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     g_k(torch.softmax(z, -1), 2).log().sum().backward()
     assert torch.isfinite(z.grad).all()
+
+
+def _bisection_all_steps(p, iters=100):
+    """jsm_norm's bisection written out with every one of its `iters` steps (no stop at the fixed point)."""
+    top2 = torch.topk(p, min(2, p.shape[-1]), dim=-1).values
+    p1 = top2[..., 0]
+    p2 = top2[..., 1] if p.shape[-1] > 1 else torch.zeros_like(p1)
+    lo, hi = p2.clone(), p1.clone()
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        diff = p - mid.unsqueeze(-1)
+        f = 1 - (p * p / torch.where(diff == 0, torch.full_like(diff, float("inf")), diff)).sum(-1)
+        lo, hi = torch.where(f > 0, mid, lo), torch.where(f > 0, hi, mid)
+    return torch.where(p1 - p2 <= 0, p1, 0.5 * (lo + hi))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("iters", [100, 30])
+def test_jsm_norm_stopping_at_the_fixed_point_gives_the_full_bisection_bitwise(dtype, iters):
+    # near-one-hot, flat, tied and one-token rows; iters = 30 stops before any bracket is down to adjacent floats
+    p = torch.cat([random_probs((40, 9), temp, seed=3).reshape(-1, 9) for temp in (0.1, 1.0, 40.0, 400.0)])
+    p = torch.cat([p, torch.tensor([[0.5, 0.5] + [0.0] * 7, [1.0] + [0.0] * 8], dtype=p.dtype)]).to(dtype)
+    assert torch.equal(jsm_norm(p, iters), _bisection_all_steps(p, iters))
+    assert torch.equal(jsm_norm(p[:, :1], iters), _bisection_all_steps(p[:, :1], iters))

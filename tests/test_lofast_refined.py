@@ -165,3 +165,17 @@ def test_constant_at_zero_is_the_per_ball_constant_at_eps_zero(causal, scale):
     assert got.shape == want.shape == (4, 3)
     assert torch.allclose(got, want, rtol=1e-14, atol=0)
     assert (got <= 0.5).all() and (got > 0).all()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_key_side_is_the_dense_norm(bias):
+    # ||wq_l K_l^T|| from the factors' R against the dense (d x n) product's SVD, biases (Remark 2) included
+    g = torch.Generator().manual_seed(11)
+    w = AttentionWeights.random(16, 4, scale=1.0, generator=g, dtype=D64, bias=bias)
+    X = torch.randn(2, 9, 16, generator=g, dtype=D64)
+    t = lofast_refined.row_terms(X, w)
+    wp = lofast_refined.prepare(X, w)
+    K = lofast_refined.query_key(X, wp)[1]
+    dense = torch.linalg.matrix_norm(wp.wq @ K.transpose(-1, -2), ord=2)
+    assert t.key_side.shape == (2, 4)
+    torch.testing.assert_close(t.key_side, dense, rtol=1e-13, atol=0)

@@ -20,8 +20,6 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List
 
-import torch
-
 from harness.bounds.castin import layer_bound
 from harness.kernels import layer as layer_ops
 from harness.models import text

@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List
 
-import numpy as np
-
 from harness.catalog import Context, Experiment, experiment
 
 TOL = 1e-12  # float64 eigvalsh error on entries <= 1 is ~1e-16; ties make some links equalities

@@ -64,8 +64,8 @@ class InputState:
 
     @functools.cached_property
     def jasmin_terms(self) -> dict:
-        """JaSMin Theorem 3's factors (harness.bounds.jasmin.bound_terms) with the shared P."""
-        return jasmin.bound_terms(self.X, self.w, self.causal, P=self.P)
+        """JaSMin Theorem 3's factors (harness.bounds.jasmin.bound_terms) with the shared P and ||P_l||."""
+        return jasmin.bound_terms(self.X, self.w, self.causal, P=self.P, P_norm=self.P_norm)
 
     @functools.cached_property
     def value_norm(self) -> Tensor:

@@ -35,18 +35,20 @@ def _prepare(X: Tensor, w: AttentionWeights):
     return X, w
 
 
-def bound_terms(X: Tensor, w: AttentionWeights, causal: bool = False, P: Optional[Tensor] = None) -> dict:
+def bound_terms(X: Tensor, w: AttentionWeights, causal: bool = False, P: Optional[Tensor] = None,
+                P_norm: Optional[Tensor] = None) -> dict:
     """The factors of Theorem 3 per head: dict of (..., h) tensors.
 
     keys: vo (||VO_l||), p (||P_l||), x2 (||X||^2, broadcast), a (||A_l||), jsm (max_i ||J_sm(P_l,i)||, exact),
     g1 (max_i g_1(P_l,i)). P: the attention maps probs(X, w, causal) when already computed (the augmented
-    layer of Remark 2 has the same P, so the biased layer's maps are the right ones).
+    layer of Remark 2 has the same P, so the biased layer's maps are the right ones); P_norm: their spectral norms
+    (..., h) when already computed (an analysis's InputState.P_norm), else the SVD's.
     """
     X, w = _prepare(X, w)
     if P is None:
         P = probs(X, w, causal)  # (..., h, n, n)
     vo, a = w.VO_norm(), w.A_norm()  # (h,), from the rank-dh factors
-    p = torch.linalg.matrix_norm(P, ord=2)  # (..., h)
+    p = torch.linalg.matrix_norm(P, ord=2) if P_norm is None else P_norm  # (..., h)
     x2 = torch.linalg.matrix_norm(X, ord=2).square().unsqueeze(-1).expand_as(p)  # (..., h)
     jsm = jsm_norm(P).amax(-1)  # (..., h)
     g1 = g_k(P, 1).amax(-1)  # (..., h)

@@ -34,7 +34,7 @@ import torch
 from harness.bounds import lofast
 from harness.bounds.lofast_ops import check_eps, prepare, query_key
 from harness.kernels.attention import AttentionWeights, causal_mask
-from harness.kernels.linalg import all_finite, spec
+from harness.kernels.linalg import all_finite, prod_norm
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -65,7 +65,7 @@ def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
     one_minus = -torch.expm1(logp)  # 1 - p_k, accurate when p_k is near 1
     others_sq = (p.square().sum(-1, keepdim=True) - p.square()).clamp_min(0.0)
     dist = torch.sqrt(one_minus.square() + others_sq)
-    key_side = spec(w.wq @ K.transpose(-1, -2))  # (..., h): ||wq_l K_l^T||, (d, dh) @ (dh, n)
+    key_side = prod_norm(w.wq, K)  # (..., h): ||wq_l K_l^T|| from the dh x dh factors' R, not the d x n product
     query_side = (Q @ w.wk.transpose(-1, -2)).norm(dim=-1)  # (..., h, n): ||q_i wk_l^T||
     return RowTerms(logp, dist, key_side, query_side, w.B_norm(), w.dh)
 

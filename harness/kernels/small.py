@@ -99,12 +99,12 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     WvT, WoT = np.ascontiguousarray(Wv.T), np.ascontiguousarray(Wo.T)
     res = op.res.detach().reshape(-1).tolist()  # (B,): 1 / scale with the residual, else 0
 
-    def zeta(v, P, PT, res, heads, proj, T, tmp):  # scratch: heads, proj (n, h dh); T, tmp (n, d)
-        # every intermediate goes to the operator's scratch (the per-head products write their columns of `heads`
-        # through a strided view): no allocation or copy inside a product, the same BLAS calls, the same values
+    def zeta(v, P, PT, res, heads, proj, T, tmp, by_head, proj_by_head):
+        # scratch: heads, proj (n, h dh); T, tmp (n, d); by_head, proj_by_head: (h, n, dh) strided views of heads and
+        # proj, each head's columns. Every intermediate goes to the scratch (the per-head products write their
+        # columns of `heads` through by_head), so the result is the product's only allocation and no copy rejoins
+        # the heads: the same BLAS calls, the same values
         G = v.reshape(n, d)
-        by_head = heads.reshape(n, h, dh).transpose(1, 0, 2)  # (h, n, dh) views: each head's columns
-        proj_by_head = proj.reshape(n, h, dh).transpose(1, 0, 2)
         np.matmul(G, Wv, out=proj)
         np.matmul(P, proj_by_head, out=by_head)
         np.matmul(heads, Wo, out=T)  # the heads' outputs summed
@@ -116,8 +116,12 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
         np.multiply(T, res, out=tmp)
         out += tmp
         return out.ravel()
-    scratch = lambda: dict(heads=np.empty((n, h * dh), dt), proj=np.empty((n, h * dh), dt), T=np.empty((n, d), dt),
-                           tmp=np.empty((n, d), dt))
+
+    def scratch():
+        heads, proj = np.empty((n, h * dh), dt), np.empty((n, h * dh), dt)
+        return dict(heads=heads, proj=proj, T=np.empty((n, d), dt), tmp=np.empty((n, d), dt),
+                    by_head=heads.reshape(n, h, dh).transpose(1, 0, 2),
+                    proj_by_head=proj.reshape(n, h, dh).transpose(1, 0, 2))
     return [partial(zeta, P=P[i], PT=PT[i], res=res[i], **scratch()) for i in range(len(P))]
 
 
