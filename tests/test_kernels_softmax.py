@@ -60,11 +60,29 @@ def _bisection_all_steps(p, iters=100):
     return torch.where(p1 - p2 <= 0, p1, 0.5 * (lo + hi))
 
 
+def _steps_taken(monkeypatch, p, iters):
+    """jsm_norm(p, iters) and how many bisection steps it ran (each step makes one torch.full_like, for the
+    entries where p equals the midpoint)."""
+    calls = []
+    real = torch.full_like
+    monkeypatch.setattr(torch, "full_like", lambda *a, **k: calls.append(1) or real(*a, **k))
+    v = jsm_norm(p, iters)
+    monkeypatch.undo()
+    return v, len(calls)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("iters", [100, 30])
-def test_jsm_norm_stopping_at_the_fixed_point_gives_the_full_bisection_bitwise(dtype, iters):
-    # near-one-hot, flat, tied and one-token rows; iters = 30 stops before any bracket is down to adjacent floats
-    p = torch.cat([random_probs((40, 9), temp, seed=3).reshape(-1, 9) for temp in (0.1, 1.0, 40.0, 400.0)])
-    p = torch.cat([p, torch.tensor([[0.5, 0.5] + [0.0] * 7, [1.0] + [0.0] * 8], dtype=p.dtype)]).to(dtype)
-    assert torch.equal(jsm_norm(p, iters), _bisection_all_steps(p, iters))
-    assert torch.equal(jsm_norm(p[:, :1], iters), _bisection_all_steps(p[:, :1], iters))
+def test_jsm_norm_stopping_at_the_fixed_point_gives_the_full_bisection_bitwise(monkeypatch, dtype):
+    flat = torch.cat([random_probs((40, 9), temp, seed=3) for temp in (0.1, 1.0)]).to(dtype)
+    # the flat rows reach their fixed point (adjacent floats) well before 100 steps: the loop stops there
+    v, steps = _steps_taken(monkeypatch, flat, 100)
+    assert steps < 70 and torch.equal(v, _bisection_all_steps(flat, 100))
+    # a peaked row (second-largest entry 1e-26 or below) or a one-hot one keeps the whole batch going to iters
+    peaked = torch.cat([random_probs((40, 9), 400.0, seed=3).to(dtype), flat,
+                        torch.tensor([[1.0] + [0.0] * 8, [0.5, 0.5] + [0.0] * 7], dtype=dtype)])
+    v, steps = _steps_taken(monkeypatch, peaked, 100)
+    assert steps == 100 and torch.equal(v, _bisection_all_steps(peaked, 100))
+    # stopped by the count, before any fixed point; one-token rows
+    v, steps = _steps_taken(monkeypatch, flat, 12)
+    assert steps == 12 and torch.equal(v, _bisection_all_steps(flat, 12))
+    assert torch.equal(jsm_norm(flat[:, :1]), _bisection_all_steps(flat[:, :1]))
