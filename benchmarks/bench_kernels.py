@@ -335,3 +335,20 @@ def test_bench_certified_truth(benchmark, size, heads, route):
     r = benchmark.pedantic(fn, rounds=1 if benchmark.disabled else 3, iterations=1)
     ref = layer.truth(X, w, heads=heads, certify=CERTIFY) if route == "mixed" else r
     assert rel_diff(r.value, ref.value) <= 1e-9 and bool((r.upper >= r.value).all())
+
+
+def test_mixed_refine_prototype_meets_the_float64_tolerance_explicitly():
+    """benchmarks.mixed_refine (a measured prototype, not a product route): values equal the float64 route's to
+    rounding, and its explicit float64 residual is below tol, row by row."""
+    from benchmarks import mixed_refine
+
+    rows = mixed_refine.compare("tinybatch", repeats=1)
+    assert [r[0] for r in rows] == ["zeta", "‖M_l‖ all heads"] and all(r[3] < 1e-12 for r in rows)
+    X, w = case("small")
+    log: list = []
+    with mixed_refine.prototype_route(log, 1e-5):
+        v, info = L.zeta(X, w, tol=1e-10, mixed=True, return_info=True)
+    assert bool(info.zeta.converged.all()) and float(info.zeta.rel_change.max()) < 1e-10
+    torch.testing.assert_close(v, L.zeta(X, w, tol=1e-10), rtol=1e-12, atol=0)
+    assert len(log) == 1 and "float32" in log[0]
+    assert L.lanczos_mixed is mixed_refine.mixed.lanczos_mixed  # the block restores lofast's route
