@@ -247,14 +247,17 @@ def test_arpack_reports_its_products():
 
 
 def test_floor_report_runs():
-    """`python -m benchmarks.report --part floor` at the tiny size: one row, every column filled."""
+    """`python -m benchmarks.report --part floor` at the tiny sizes, one input and a batch: a row each, every column
+    filled."""
     from benchmarks.floor import floor_report
 
-    rows = [l for l in floor_report(["tiny"], 1).splitlines() if l.startswith("| n=6 d=8 h=2 |")]
-    assert len(rows) == 1
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert len(cells) == 9 and all(cells), cells
-    assert int(cells[2]) >= 1 and float(cells[5]) >= 1  # our products, ARPACK's products
+    rows = [l for l in floor_report(["tiny", "tinybatch"], 1).splitlines() if l.startswith("| n=6 d=8 h=2")]
+    assert len(rows) == 2 and "5 inputs" in rows[1]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 11 and all(cells), cells
+        assert int(cells[2]) >= 1 and float(cells[6].split()[0]) >= 1  # our products, ARPACK's products
+        assert cells[9].endswith("x") and cells[10].endswith("x")  # the ratios our products allow
 
 
 @pytest.fixture

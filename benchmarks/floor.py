@@ -1,5 +1,6 @@
 """Where the zeta time goes (`python -m benchmarks.report --part floor` / `--part peak`): ours against our operator's
-products alone, ARPACK and the float64 GEMM floor of our products; and the machine's GEMM rate
+products alone (float64 and float32), ARPACK, the float64 GEMM floor of our products and the ratios to ARPACK those
+products allow; and the machine's GEMM rate
 (docs/notes/kernels.md, "Where the time goes")."""
 from __future__ import annotations
 
@@ -39,34 +40,41 @@ def floor_report(sizes, repeats: int) -> str:
     """What bounds our zeta time from below where the zeta targets are not met (docs/notes/kernels.md).
 
     Per size, in one run: ours end to end (`lofast.zeta`, tol 1e-8) and its Gram products; the same number of
-    products of our operator alone (`ZetaGram.gram` under inference mode, no solver); ARPACK end to end and its
-    Gram products (rmatvec calls), with the time spent inside its numpy operator; and the float64 GEMM floor of our
-    products (multiply-adds per product / this machine's 2048^2 GEMM rate). 2x ARPACK needs ours <= ARPACK / 2: when
-    our torch operator alone already takes longer, no solver on it can reach that (at n = 32 ours runs the NumPy
-    solver, harness.kernels.small, with its own products of the same arithmetic)."""
+    products of our operator alone (`ZetaGram.gram` under inference mode, no solver; for a batch, k products of the
+    whole batch scaled to the products its inputs took), in float64 and in float32;
+    ARPACK end to end and its Gram products (rmatvec calls), with the time spent inside its numpy operator; and the
+    float64 GEMM floor of our products (multiply-adds per product / this machine's 2048^2 GEMM rate). The last two
+    columns are the most any solver spending our number of products could reach against ARPACK: ARPACK's time over
+    our operator's alone, in float64 and with every product in float32 (a float64 result needs some float64
+    products on top: docs/notes/kernels.md, "Mixed precision"). A speed target above them cannot be met with these
+    products on this machine. At n = 32 ours runs the NumPy solver (harness.kernels.small), with its own products of
+    the same arithmetic; a batch size (`batch`) runs every input's operator in one batch, ARPACK input by input."""
     from benchmarks.bench_kernels import SIZES as KS, arpack_zeta, case as kcase
     from harness.bounds.lofast_ops import prepare, stable_probs
     from harness.kernels.operators import ZetaGram
 
     rate = gemm_rate(torch.float64)
     lines = [f"float64 GEMM rate (2048^2 torch matmul): {rate:.1f} GFLOP/s", "",
-             "| size | ours (ms) | our products | our operator alone (ms) | ARPACK (ms) | ARPACK products | "
-             "ARPACK operator (ms) | 2x ARPACK needs (ms) | GEMM floor of our products (ms) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| size | ours (ms) | our products | our operator alone (ms) | same, float32 (ms) | ARPACK (ms) | "
+             "ARPACK products | ARPACK operator (ms) | GEMM floor of our products (ms) | ARPACK / our operator | "
+             "ARPACK / our float32 operator |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in sizes:
         X, w = kcase(size)
         n, d, h = KS[size]
+        B = X[..., 0, 0].numel()
         (z, info), t_ours = measure(lambda: L.zeta(X, w, tol=1e-8, return_info=True), repeats, True)
         k = int(info.zeta.iters)
         wp = prepare(X, w)
-        op = ZetaGram(stable_probs(X, wp).reshape(1, h, n, n), wp.wv, wp.wo, True)
-        v = torch.randn(1, n * d, dtype=X.dtype)
+        op = ZetaGram(stable_probs(X, wp).reshape(B, h, n, n), wp.wv, wp.wo, True)
+        t_op, share = {}, float(info.zeta.steps.sum()) / (k * B)  # deflation drops converged inputs
+        for dt in (torch.float64, torch.float32):
+            o, v = op.to(dt), torch.randn(B, n * d, dtype=dt)
 
-        def products():
-            with torch.inference_mode():
-                for _ in range(k):
-                    op.gram(v)
-        _, t_op = measure(products, repeats, True)
+            def products(o=o, v=v):
+                with torch.inference_mode():
+                    for _ in range(k):
+                        o.gram(v)
+            t_op[dt] = measure(products, repeats, True)[1] * share  # a batch: the products its inputs took
         runs = []
         for _ in range(repeats + 1):  # the first is the warm-up
             calls = []
@@ -77,9 +85,13 @@ def floor_report(sizes, repeats: int) -> str:
         runs = sorted(runs[1:])
         t_a, k_a, t_aop = runs[len(runs) // 2]
         ms = lambda t: f"{1e3 * t:.3g}"
-        lines.append(f"| n={n} d={d} h={h} | {ms(t_ours)} | {k} | {ms(t_op)} | {ms(t_a)} | {k_a:.0f} | {ms(t_aop)} | "
-                     f"{ms(t_a / 2)} | {ms(k * zeta_flops(n, d) / (rate * 1e9))} |")
+        label = f"n={n} d={d} h={h}" + (f", {B} inputs" if X.dim() > 2 else "")
+        lines.append(f"| {label} | {ms(t_ours)} | {k} | {ms(t_op[torch.float64])} | {ms(t_op[torch.float32])} | "
+                     f"{ms(t_a)} | {k_a / B:.0f} per input | {ms(t_aop)} | "
+                     f"{ms(float(info.zeta.steps.sum()) * zeta_flops(n, d) / (rate * 1e9))} | {t_a / t_op[torch.float64]:.1f}x | "
+                     f"{t_a / t_op[torch.float32]:.1f}x |")
         print(lines[-1], file=sys.stderr, flush=True)
-        if not float((z - za).abs() / za) <= 1e-6:
-            raise RuntimeError(f"zeta at {size}: ours {float(z)!r} and ARPACK {float(za)!r} disagree beyond 1e-6")
+        if not float(((z - za).abs() / za).max()) <= 1e-6:
+            raise RuntimeError(f"zeta at {size}: ours and ARPACK disagree beyond 1e-6 (ours {z.flatten()[:3]}, "
+                               f"ARPACK {za.flatten()[:3]})")
     return "\n".join(lines)

@@ -16,8 +16,9 @@ BERT-base (12 layers x 12 heads, d = 768) on one 512-token input: float64 with t
 (`--device cuda` computes the bounds on a GPU).
 `--part peak`: the machine's float64 / float32 GEMM rate and what it implies for the Lemma 1 (zeta) operator at
 ViT-B size (see docs/notes/kernels.md).
-`--part floor` (where the zeta targets are not met): ours vs our operator's products alone vs ARPACK (with its numpy
-operator's share) vs the GEMM floor of our products, at n=32 and ViT-B (`--sizes`).
+`--part floor` (where the zeta targets are not met): ours vs our operator's products alone (float64, float32) vs
+ARPACK (with its numpy operator's share) vs the GEMM floor of our products, and the most ARPACK / ours that our
+products allow, at n=32 and ViT-B (`--sizes`, `batch` included).
 `--busy` (kernels / analyze): the same part idle, then beside another 2-thread torch job (benchmarks.threads'
 background job), and for analyze the busy / idle ratio. `--part lofast`: the older LoFAST table (matrix-free vs
 dense vs svds with peak memory, jacobian_norm batching).
