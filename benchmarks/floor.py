@@ -88,8 +88,8 @@ def floor_report(sizes, repeats: int) -> str:
         label = f"n={n} d={d} h={h}" + (f", {B} inputs" if X.dim() > 2 else "")
         lines.append(f"| {label} | {ms(t_ours)} | {k} | {ms(t_op[torch.float64])} | {ms(t_op[torch.float32])} | "
                      f"{ms(t_a)} | {k_a / B:.0f} per input | {ms(t_aop)} | "
-                     f"{ms(float(info.zeta.steps.sum()) * zeta_flops(n, d) / (rate * 1e9))} | {t_a / t_op[torch.float64]:.1f}x | "
-                     f"{t_a / t_op[torch.float32]:.1f}x |")
+                     f"{ms(float(info.zeta.steps.sum()) * zeta_flops(n, d) / (rate * 1e9))} | "
+                     f"{t_a / t_op[torch.float64]:.1f}x | {t_a / t_op[torch.float32]:.1f}x |")
         print(lines[-1], file=sys.stderr, flush=True)
         if not float(((z - za).abs() / za).max()) <= 1e-6:
             raise RuntimeError(f"zeta at {size}: ours and ARPACK disagree beyond 1e-6 (ours {z.flatten()[:3]}, "
