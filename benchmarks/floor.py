@@ -66,7 +66,8 @@ def floor_report(sizes, repeats: int) -> str:
         k = int(info.zeta.iters)
         wp = prepare(X, w)
         op = ZetaGram(stable_probs(X, wp).reshape(B, h, n, n), wp.wv, wp.wo, True)
-        t_op, share = {}, float(info.zeta.steps.sum()) / (k * B)  # deflation drops converged inputs
+        total = float(info.zeta.steps.sum())  # products over the inputs: deflation drops converged ones
+        t_op, share = {}, total / (k * B)
         for dt in (torch.float64, torch.float32):
             o, v = op.to(dt), torch.randn(B, n * d, dtype=dt)
 
@@ -88,7 +89,7 @@ def floor_report(sizes, repeats: int) -> str:
         label = f"n={n} d={d} h={h}" + (f", {B} inputs" if X.dim() > 2 else "")
         lines.append(f"| {label} | {ms(t_ours)} | {k} | {ms(t_op[torch.float64])} | {ms(t_op[torch.float32])} | "
                      f"{ms(t_a)} | {k_a / B:.0f} per input | {ms(t_aop)} | "
-                     f"{ms(float(info.zeta.steps.sum()) * zeta_flops(n, d) / (rate * 1e9))} | "
+                     f"{ms(total * zeta_flops(n, d) / (rate * 1e9))} | "
                      f"{t_a / t_op[torch.float64]:.1f}x | {t_a / t_op[torch.float32]:.1f}x |")
         print(lines[-1], file=sys.stderr, flush=True)
         if not float(((z - za).abs() / za).max()) <= 1e-6:

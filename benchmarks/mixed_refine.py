@@ -8,21 +8,20 @@ of float64 results from float32 iterations:
    residual of that vector, which sets the direction of the correction) and the others in float32;
 3. float64 Lanczos from the result (full reorthogonalization) until the explicit float64 residual of the
    normalized vector, ||M y - theta y|| / theta, is below tol; the value is its float64 Rayleigh quotient.
-Prints the products of each phase, the explicit residual after each, the times (minimum of --repeats, the two
-routes alternating in one process) and the largest relative difference from the float64 values. Nothing in harness
-uses this route: on this CPU it gained at most about 1.2x (the restart from one vector costs more products than
-the float32 ones save).
+Prints the products of each phase, the explicit residual after each, the times (medians, the two routes taking turns
+in one process: benchmarks.timing.measure_alternating) and the largest relative difference from the float64 values.
+Nothing in harness uses this route: on this CPU it gained at most about 1.2x (the restart from one vector costs more
+products than the float32 ones save).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 
 import torch
 
 from benchmarks.bench_kernels import case
-from benchmarks.timing import machine, set_threads
+from benchmarks.timing import machine, measure_alternating, set_threads
 from harness.bounds import lofast
 from harness.kernels import mixed
 from harness.kernels.krylov import GramOperator, lanczos
@@ -96,17 +95,12 @@ def compare(size: str, tol32: float = 1e-5, repeats: int = 3, tol: float = 1e-10
     rows = []
     for name, f in (("zeta", lofast.zeta), ("‖M_l‖ all heads", lofast.m_norms)):
         log: list = []
-        t64 = tp = float("inf")
-        for i in range(repeats + 1):  # round 0 warms up
-            t = time.perf_counter()
-            v64 = f(X, w, tol=tol)
-            a = time.perf_counter() - t
+
+        def proto(f=f):
             with prototype_route(log, tol32):
-                t = time.perf_counter()
-                vp = f(X, w, tol=tol, mixed=True)
-                b = time.perf_counter() - t
-            if i:
-                t64, tp = min(t64, a), min(tp, b)
+                return f(X, w, tol=tol, mixed=True)
+        timed = measure_alternating({"f64": lambda f=f: f(X, w, tol=tol), "proto": proto}, repeats)
+        (v64, t64), (vp, tp) = timed["f64"], timed["proto"]
         rows.append((name, t64, tp, float(((vp - v64).abs() / v64).max()), log[-1]))
     return rows
 
