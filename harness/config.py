@@ -203,6 +203,34 @@ def portable_numerics() -> Dict[str, str]:
     return {k: os.environ[k] for k in PORTABLE_ISA if k in os.environ}
 
 
+def torch_already_loaded() -> bool:
+    """Whether torch is imported in this process already (then its CPU code path is chosen, pinned or not)."""
+    import sys
+
+    return "torch" in sys.modules
+
+
+COMMITTED_CAPABILITY = "AVX2"  # torch's CPU code path of the committed results on x86-64 (portable_numerics)
+
+
+def committed_kernels_differ() -> Optional[str]:
+    """Why this process does not compute with the CPU kernels the committed results were computed with, or None
+    when it does (or when that cannot differ: a CPU without AVX2, where nothing is pinned anywhere). Callers that
+    recompute committed numbers in-process (the test suite) skip with this reason."""
+    if not _has_avx2():
+        return None
+    import torch
+
+    cap = torch.backends.cpu.get_cpu_capability()
+    if cap == COMMITTED_CAPABILITY:
+        return None
+    how = (f"${NATIVE_ISA_ENV}=1" if os.environ.get(NATIVE_ISA_ENV, "") not in ("", "0") else
+           f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']}" if "ATEN_CPU_CAPABILITY" in os.environ else
+           "torch was imported before config.portable_numerics() ran")
+    return (f"torch runs its {cap} CPU kernels here ({how}), the committed results were computed with "
+            f"{COMMITTED_CAPABILITY}: their last bits differ; unset it to compare with committed numbers")
+
+
 def thread_choice(threads: Optional[int] = None, jobs: int = 1) -> ThreadChoice:
     """torch threads per worker and where the count came from: `threads` (--threads), else $ATTNLIP_THREADS, else
     $OMP_NUM_THREADS, else the cores free now (free_cores_choice) shared by `jobs` workers, at least 1."""

@@ -8,6 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from harness import config as _config
+
+# Before anything imports torch: pin its CPU kernels as run_all.py and attnlip do (config.portable_numerics), so that
+# tests comparing with committed numbers compute them the way they were committed. The user's own values and
+# ATTNLIP_NATIVE_ISA=1 are honoured; tests that need the committed kernels skip, saying why, when those differ
+# (committed_kernels below), and test_threads checks that this process really holds the pin.
+PINNED = _config.portable_numerics()
+TORCH_LOADED_BEFORE_PIN = _config.torch_already_loaded()
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "ATTNLIP_OFFLINE"):
     os.environ.setdefault(_k, "1")
@@ -97,3 +106,14 @@ def offline(monkeypatch, tmp_path):
     substitutes.clear_cache()
     yield tmp_path
     substitutes.clear_cache()
+
+
+@pytest.fixture
+def committed_kernels():
+    """For tests that recompute committed numbers in this process: skips, with the reason, when torch runs other
+    CPU kernels than the committed results were computed with (config.COMMITTED_CAPABILITY on x86-64: the AVX2
+    pin), i.e. when the user exported another ATEN_CPU_CAPABILITY or ATTNLIP_NATIVE_ISA=1. Rounding then differs
+    in the last bits, and statistics of those bits are not the committed ones."""
+    why = _config.committed_kernels_differ()
+    if why:
+        pytest.skip(why)

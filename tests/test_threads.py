@@ -206,6 +206,25 @@ def test_portable_numerics_leaves_loaded_torch_the_user_and_native_alone():
     assert "set: {}" in _fresh(PIN, ATTNLIP_NATIVE_ISA="1")
 
 
+def test_the_test_process_holds_the_pin_run_all_holds():
+    """Tests that recompute committed numbers do so in this process (tests/conftest.py pins it before torch loads,
+    as run_all.py does). Fails when the pin is lost (torch imported first by a plugin or an import moved above it),
+    so a committed-number test can never silently run other kernels than the ones it is compared with."""
+    from tests import conftest
+
+    assert not conftest.TORCH_LOADED_BEFORE_PIN, "torch was imported before tests/conftest.py could pin its kernels"
+    if not config._has_avx2():
+        assert conftest.PINNED == {}
+        return
+    cap = torch.backends.cpu.get_cpu_capability()
+    if os.environ.get(config.NATIVE_ISA_ENV, "") not in ("", "0"):
+        assert config.committed_kernels_differ() is None or "ATTNLIP_NATIVE_ISA=1" in config.committed_kernels_differ()
+        return
+    want = conftest.PINNED["ATEN_CPU_CAPABILITY"]  # avx2 unless the user exported another value, which wins
+    assert cap == want.upper(), (cap, conftest.PINNED)
+    assert (config.committed_kernels_differ() is None) == (cap == config.COMMITTED_CAPABILITY)
+
+
 def test_manifests_record_the_code_paths():
     from harness import manifest
 

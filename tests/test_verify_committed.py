@@ -30,7 +30,7 @@ def _run(argv, capsys):
 
 
 @pytest.mark.skipif(not (RESULTS / "quick").is_dir(), reason="no committed quick-scale results")
-def test_committed_quick_sample_reproduces(capsys):
+def test_committed_quick_sample_reproduces(capsys, committed_kernels):
     code, out = _run(["--verify", "--quick", "--verify-sample", "1", "--no-progress", *CHEAP], capsys)
     assert code == 0, out
     for name in CHEAP:
