@@ -1,6 +1,8 @@
 """JaSMin experiments: declarations (grids, labels, regularizers), the registry on a real MiniLM layer, and
 test-scale runs of the experiments through run() with their figures and summaries."""
 
+import os
+
 import pytest
 
 from experiments.jasmin import common
@@ -224,3 +226,36 @@ def test_sweep_full_grid_stays_within_the_run_budget():
 
     labels = {method_label(**common.regularizer_args(c)) for c in cells}
     assert not any("max" in m or m.startswith("Specformer(v") for m in labels), labels
+
+
+def test_interlacing_statistics_do_not_depend_on_the_cpu_kernels():
+    """frac_holds_rounding counts vectors whose chain holds within the eigensolver's rounding (ROUND_UNITS n eps p_(1)):
+    the same fractions under torch's default (scalar) kernels and its AVX2 ones, at the cell where a tolerance-free
+    count differed between instruction sets (n = 100, T = 0.1); and the allowance is not idle (it decides vectors a
+    zero tolerance would not: the largest violation is a sizeable part of it)."""
+    import json
+    import subprocess
+    import sys
+
+    from harness.store.codehash import REPO_ROOT
+
+    code = ("import json, torch; from harness.catalog import Context, get_experiment; "
+            "from experiments.jasmin import interlacing as I; torch.set_num_threads(1); "
+            "rows = get_experiment('jasmin_interlacing').run({'n': 100, 'temperature': 0.1, 'samples': 1000}, "
+            "Context(scale='test', progress=False)); "
+            "print(json.dumps([torch.backends.cpu.get_cpu_capability(), rows[0]]))")
+    got = {}
+    for cap in ("default", "avx2"):
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
+        r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        name, row = json.loads(r.stdout.strip().splitlines()[-1])
+        got[name] = row
+    assert len(got) == 2 or "DEFAULT" in got  # a CPU without AVX2 runs its default kernels under both names
+    rows = list(got.values())
+    assert all(r["frac_holds_rounding"] == rows[0]["frac_holds_rounding"] == 1.0 for r in rows), got
+    assert "frac_holds_exact" not in rows[0]
+    from experiments.jasmin.interlacing import ROUND_UNITS
+
+    assert 0 < rows[0]["worst_violation"] < ROUND_UNITS * 100 * 2.3e-16

@@ -13,6 +13,13 @@ from typing import Any, Dict, List
 from harness.catalog import Context, Experiment, experiment
 
 TOL = 1e-12  # float64 eigvalsh error on entries <= 1 is ~1e-16; ties make some links equalities
+# frac_holds_rounding: the chain within ROUND_UNITS * n * eps * p_(1) per vector, the rounding of a dense symmetric
+# eigensolver on J_sm (norm <= p_(1) <= 1) in units of its backward error n * eps * ||J||. Scaled to each vector, so it
+# is tighter than TOL where p is tiny (n = 100 at T = 0.1), yet no kernel's last bit decides it: the largest
+# violation measured over the full grid is 0.82 units (AVX-512, AVX2 and the default kernels alike), a quarter of
+# the allowance. A chain checked with no tolerance at all (worst link >= 0) would count how rounding breaks ties,
+# which differs between CPU instruction sets (0.36 vs 0.35 at n = 100, T = 0.1), so no such column is kept.
+ROUND_UNITS = 4
 
 
 def _edge_cases(n: int, dtype, device):
@@ -77,13 +84,15 @@ class JasminInterlacing(Experiment):
         links = torch.stack([a, b, c], -1)  # (S+E, n, 3)
         worst = links.amin(dim=(-1, -2))  # (S+E,) most negative link per vector
         holds = (worst >= -TOL) & (sn.abs() <= TOL)
+        rounding = ROUND_UNITS * n * torch.finfo(p.dtype).eps * p.amax(-1)  # (S+E,) per-vector allowance
+        holds_rounding = (worst >= -rounding) & (sn.abs() <= rounding)
         g1 = g_k(p, 1)
         s1 = jsm_norm(p)
         ratio = g1 / s1.clamp_min(1e-300)
         return [{
             "n": n, "temperature": T, "vectors": int(p.shape[0]),
             "frac_holds": holds.double().mean().item(),
-            "frac_holds_exact": (worst >= 0).double().mean().item(),
+            "frac_holds_rounding": holds_rounding.double().mean().item(),
             "worst_violation": (-worst).clamp_min(0).max().item(),
             "min_gap_p_g": a.min().item(), "min_gap_g_s": b.min().item(), "min_gap_s_pnext": c.min().item(),
             "max_abs_s_n": sn.abs().max().item(),
@@ -109,9 +118,10 @@ class JasminInterlacing(Experiment):
             sub = sub.sort_values("n")
             axes[0].plot(sub["n"], sub["mean_g1_over_s1"], label=f"T={T:g}", **look)
             axes[1].plot(sub["n"], sub["frac_holds"], label=f"T={T:g}", **look)
-            if "frac_holds_exact" in sub:  # the same chain with no tolerance: ties broken by rounding show here
-                axes[1].plot(sub["n"], sub["frac_holds_exact"], color=axes[1].lines[-1].get_color(), lw=0.8,
-                             ls=":", marker=look["marker"], ms=3, mfc="none", label="same, exactly (tol 0)")
+            if "frac_holds_rounding" in sub:  # the same chain within the eigensolver's rounding, per vector
+                axes[1].plot(sub["n"], sub["frac_holds_rounding"], color=axes[1].lines[-1].get_color(), lw=0.8,
+                             ls=":", marker=look["marker"], ms=3, mfc="none",
+                             label=f"same, within {ROUND_UNITS} n eps p_(1)")
             axes[2].plot(sub["n"], sub["worst_violation"].clip(lower=1e-18), label=f"T={T:g}", **look)
         ns = sorted(inter["n"].unique())
         for ax in axes:
@@ -126,7 +136,7 @@ class JasminInterlacing(Experiment):
         axes[1].set_ylim(-0.05, 1.05)
         axes[1].set_ylabel("fraction where Thm 4 holds")
         same = inter.groupby("n")["frac_holds"].nunique().max() == 1
-        plotting.caption(axes[1], f"(b) interlacing chain, tol {TOL:g} (hollow: tol 0)"
+        plotting.caption(axes[1], f"(b) interlacing chain, tol {TOL:g}\n(hollow: within {ROUND_UNITS} n eps p_(1))"
                          + ("\nevery T coincides at tol 1e-12" if same and len(groups) > 1 else ""))
         axes[2].set_yscale("log")
         axes[2].axhline(TOL, color="gray", lw=0.8, ls="--", label=f"tolerance {TOL:g}")
@@ -141,13 +151,14 @@ class JasminInterlacing(Experiment):
         inter = table
         tot = int(inter["vectors"].sum())
         held = float((inter["frac_holds"] * inter["vectors"]).sum() / max(tot, 1))
-        exact = float((inter["frac_holds_exact"] * inter["vectors"]).sum() / max(tot, 1))
+        col = "frac_holds_rounding"
+        scaled = float((inter[col] * inter["vectors"]).sum() / max(tot, 1)) if col in inter else math.nan
         return "\n".join([
             f"- Theorem 4: chain holds (tol {TOL:g}) for {held:.4%} of {tot} vectors over {len(inter)} "
             f"(n, T) cells; worst violation {inter['worst_violation'].max():.1e}; min gaps "
             f"p-g {inter['min_gap_p_g'].min():.1e}, g-s {inter['min_gap_g_s'].min():.1e}, "
             f"s-p_next {inter['min_gap_s_pnext'].min():.1e} (ties make them 0, rounding slightly negative); "
-            f"exact (tol 0) {exact:.4%}.",
+            f"within the eigensolver's rounding ({ROUND_UNITS} n eps p_(1) per vector) {scaled:.4%}.",
             f"- Cor. 1: max g_1 = {inter['max_g1'].max():.6f} <= 1/2; g_1/||J_sm|| is "
             f"{inter['mean_g1_over_s1'].min():.3f}-{inter['mean_g1_over_s1'].max():.3f} on average per "
             f"cell (max {inter['max_g1_over_s1'].max():.3f}).",

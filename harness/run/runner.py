@@ -44,6 +44,8 @@ class ExpResult:
     absent: List[str] = field(default_factory=list)  # cells without a result (not cached, failed, no data)
     kept: Optional[str] = None  # why the outputs already there were kept rather than replaced by an incomplete set
     command: str = ""  # the run_all.py command that computes the absent cells and writes the outputs
+    reproduced: Optional[str] = None  # the outputs there reproduced within the verify tolerances and were kept
+    replaced: Optional[str] = None  # the outputs there differed (what, by how much) and were rewritten
 
     def line(self) -> str:
         extra = f", {self.missing_data} missing data" if self.missing_data else ""
@@ -53,8 +55,13 @@ class ExpResult:
         extra += f", {self.uncached} NOT CACHED ({self.cache_error or 'cache unwritable'})" if self.uncached else ""
         extra += ", FIGURES FAILED" if self.figure_error else ""
         extra += ", outputs there KEPT (incomplete result not written)" if self.kept else ""
-        return (f"{self.name}: {self.n_cells} cells: {self.computed} computed, {self.cached} cached, "
+        line = (f"{self.name}: {self.n_cells} cells: {self.computed} computed, {self.cached} cached, "
                 f"{self.failed} failed{extra} [{self.wall_s:.1f}s]")
+        if self.reproduced:
+            line += f"\n   {self.reproduced}"
+        elif self.replaced:
+            line += f"\n   rewritten: the result there differs: {self.replaced}"
+        return line
 
     @property
     def ok(self) -> bool:
@@ -130,6 +137,7 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
     r.absent = [t.label for t in p.tasks if t.state != "cached"
                 and getattr(statuses.get(t.key), "status", None) not in ("ok", "elsewhere")]
     r.kept = out.kept and out.skipped
+    r.reproduced, r.replaced = out.reproduced, out.replaced
     r.command = compute_command([n], cfg)
     r.wall_s = time.perf_counter() - started
     echo(r.line())

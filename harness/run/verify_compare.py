@@ -88,19 +88,46 @@ def _numeric_columns(table) -> List[str]:
             (pd.api.types.is_numeric_dtype(table[c]) or pd.api.types.is_bool_dtype(table[c]))]
 
 
+def _kind(table, c) -> str:
+    import pandas as pd
+
+    col = table[c]
+    if col.isna().all():
+        return "empty"
+    return "number" if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col) else "text"
+
+
 def compare(exp, committed, now, labels: Sequence[str], out) -> None:
-    """Fill out.columns / out.problems: committed vs recomputed rows of the cells `labels`."""
+    """Fill out.columns / out.problems: committed vs recomputed rows of the cells `labels`, the whole table: numeric
+    and boolean columns within their tolerance (out.columns), and as problems a column only one side writes with
+    values in those cells, a column whose kind changed (number / text), and a text column whose values differ.
+    Columns whose tolerance is None (timings) and the harness's own `seed` / `cell_key` are not compared."""
     diffs: Dict[str, ColumnDiff] = {}
-    for c in _numeric_columns(committed):
+    mine = committed[committed["cell"].isin(labels)]
+    theirs = now[now["cell"].isin(labels)] if "cell" in now.columns else now.iloc[0:0]
+    texts: List[str] = []
+    for c in committed.columns:
+        if c in NOT_COMPARED:
+            continue
         tol = tolerance(exp, c)
         if tol is None:
             out.notes.append(f"column {c} not compared (verify_tol says None)")
             continue
         if c not in now.columns:  # a difference only where the sampled cells' committed rows hold values
-            if committed.loc[committed["cell"].isin(labels), c].notna().any():
+            if mine[c].notna().any():
                 out.problems.append(f"column {c}: in the committed rows, not written by the current code")
             continue
-        diffs[c] = ColumnDiff(c, float(tol))
+        kinds = {_kind(mine, c), _kind(theirs, c)} - {"empty"}
+        if len(kinds) > 1:
+            out.problems.append(f"column {c}: committed as {_kind(mine, c)}s, recomputed as {_kind(theirs, c)}s")
+        elif kinds == {"text"}:
+            texts.append(c)
+        elif c in _numeric_columns(committed) or kinds == {"number"}:
+            diffs[c] = ColumnDiff(c, float(tol))
+    for c in now.columns:
+        if c not in committed.columns and c not in NOT_COMPARED and tolerance(exp, c) is not None \
+                and theirs[c].notna().any():
+            out.problems.append(f"column {c}: written by the current code, not in the committed table")
     for label in labels:
         a = committed[committed["cell"] == label].reset_index(drop=True)
         b = now[now["cell"] == label].reset_index(drop=True) if "cell" in now.columns else now.iloc[0:0]
@@ -110,6 +137,12 @@ def compare(exp, committed, now, labels: Sequence[str], out) -> None:
         for c, d in diffs.items():
             for i, (x, y) in enumerate(zip(a[c].tolist(), b[c].tolist())):
                 _compare_value(d, label, i, _number(x), _number(y))
+        for c in list(texts):
+            bad = next((i for i, (x, y) in enumerate(zip(a[c].tolist(), b[c].tolist())) if not _same(x, y)), None)
+            if bad is not None:
+                out.problems.append(f"column {c}: cell {label} row {bad}: committed {a[c].iloc[bad]!r}, now "
+                                    f"{b[c].iloc[bad]!r}")
+                texts.remove(c)  # one line per column
     out.columns = list(diffs.values())
 
 
