@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness import cli
@@ -72,11 +73,28 @@ def test_collect_with_a_partial_cache_leaves_committed_results_untouched(fake, t
     assert "holds a complete result" in err
     cmd = next(line for line in err.splitlines() if "compute the absent cells" in line).split(": ", 1)[1]
     assert cmd.startswith("run_all.py _fake_squares") and ("--scale quick" in cmd) == bool(scale)
-    # the printed command computes the absent cells and writes the complete result
-    rc, _ = _main(shlex.split(cmd)[1:], capsys)
-    assert rc == 0 and _snapshot(results) != before
+    # the printed command computes the absent cells; their numbers reproduce the committed ones, so the committed
+    # files are kept as they are, and the run says so
+    said = []
+    rc = cli.main(shlex.split(cmd)[1:] + ["--no-progress"], out=lambda *a: said.append(" ".join(map(str, a))))
+    err = capsys.readouterr().err + "\n".join(said)
+    assert rc == 0 and _snapshot(results) == before
+    assert "reproduced (" in err and "committed results kept" in err, err
     assert json.loads((results / (scale and "quick" or "") / "_fake_squares" / "manifest.json").read_text())[
         "complete"]
+    # a result that differs is rewritten, and the run says which column and by how much
+    table = pd.read_parquet(results / (scale and "quick" or "") / "_fake_squares" / "table.parquet")
+    col = next(c for c in table.columns if c not in ("experiment", "cell", "seed", "device", "dtype", "scale",
+                                                      "cell_key") and pd.api.types.is_float_dtype(table[c]))
+    table.loc[0, col] = table.loc[0, col] + 1.0
+    folder = results / (scale and "quick" or "") / "_fake_squares"
+    table.to_parquet(folder / "table.parquet", index=False)
+    table.to_csv(folder / "table.csv", index=False)
+    said = []
+    rc = cli.main(shlex.split(cmd)[1:] + ["--no-progress"], out=lambda *a: said.append(" ".join(map(str, a))))
+    err = capsys.readouterr().err + "\n".join(said)
+    assert rc == 0 and f"rewritten: the result there differs: {col} by up to" in err, err
+    assert float(pd.read_parquet(folder / "table.parquet").loc[0, col]) == float(table.loc[0, col]) - 1.0
 
 
 def test_failed_cell_keeps_the_complete_result_there(fake, tmp_path, capsys, monkeypatch):

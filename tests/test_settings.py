@@ -117,13 +117,14 @@ def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     J_F + I built by hand, and the dense ||J_F + I|| to the truth's tolerance."""
     from harness.bounds.second_order import certified_truth
     from harness.kernels.krylov import kw_steps
-    from harness.kernels.layer import certified_norm, layer_operator
+    from harness.kernels.layer import certified_norm, layer_operator, truth_start
 
     X, w = _layer()
     r = certified_truth(X, w, residual=True)
     mv, rmv = layer_operator(X, w)
     steps = kw_steps(X.shape[-2] * X.shape[-1], S.CERTIFY_EPS, S.FAIL_PROB)
-    ref = certified_norm(lambda E: mv(E) + E, lambda G: rmv(G) + G, X, steps=steps, fail_prob=S.FAIL_PROB)
+    ref = certified_norm(lambda E: mv(E) + E, lambda G: rmv(G) + G, X, steps=steps, fail_prob=S.FAIL_PROB,
+                         x0=truth_start(X, w, 0, False, residual=True))  # the start truth hashes from X and w
     assert torch.equal(r.value, ref.value) and torch.equal(r.upper, ref.upper)
     n, d = X.shape[-2:]
     dense = []

@@ -11,7 +11,8 @@ import torch
 
 from harness.bounds import registry
 from harness.bounds.input_state import InputState
-from harness.kernels.layer import certified_norm
+from harness.kernels.layer import certified_norm, gaussian_start
+from harness.kernels.starts import weight_tensors
 from harness.kernels.mixed import applies as mixed_applies, truth as mixed_truth
 from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB
 
@@ -53,7 +54,9 @@ class AnalyzeState(InputState):
     def _lanczos_norm(self, X: Tensor, matvec, rmatvec):
         """kernels.layer.certified_norm of the operator (matvec, rmatvec) at X with this state's settings:
         (value, converged, upper), each (...,) over X's batch dims."""
-        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.fail_prob)
+        x0 = gaussian_start(X, self.seed, f"map;causal={bool(self.causal)}", weight_tensors(self.w))
+        r = certified_norm(matvec, rmatvec, X, self.tol, self.iters, self.seed, self.certify_steps, self.fail_prob,
+                           x0=x0)
         return r.value, r.converged, r.upper
 
 

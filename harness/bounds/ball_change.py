@@ -61,13 +61,14 @@ class Theorem1Variant:
         return lofast.theorem1(d1, m, b, xvo, vo, dh, eps, c)
 
     def at_state(self, s, eps) -> Tensor:
-        """delta(X, eps) of the registry's layer map (no residual) at an InputState s: (...,)."""
+        """delta(X, eps) of the registry's layer map (no residual) at an InputState s: (...,). In certifying mode
+        (s.certify) from the certified upper estimates of zeta and ||M_l||, padded by s.rounding_allowance."""
         e = torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)
         rows = s.row_terms if self.c == "refined" else None
-        return self.delta(e, zeta=s.zeta if self.delta1 == "zeta" else None,
+        return self.delta(e, zeta=s.zeta_cert if self.delta1 == "zeta" else None,
                           naive1=(s.VO_norm * s.P_norm).sum(-1) if self.delta1 == "naive" else None,
-                          m_fine=s.m_fine if self.needs_m else None, xi=s.m_coarse, b=s.w.B_norm(),
-                          xvo=s.value_norm, vo=s.VO_norm, dh=s.w.dh, rows=rows)
+                          m_fine=s.m_cert if self.needs_m else None, xi=s.m_coarse, b=s.w.B_norm(),
+                          xvo=s.value_norm, vo=s.VO_norm, dh=s.w.dh, rows=rows) * s.rounding_allowance
 
 
 # name -> (variant, label, paper); declared in this order by harness.bounds.registry (the certificates' table order)

@@ -13,6 +13,7 @@ from harness.bounds import jasmin, lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights, check_input, probs
 from harness.kernels.layer import truth
 from harness.kernels.linalg import spec
+from harness.settings import CERT_ROUNDING, CERTIFY_EPS, FAIL_PROB
 
 Tensor = torch.Tensor
 
@@ -22,8 +23,13 @@ class InputState:
 
     X: (..., n, d); w is moved to X's dtype and device. Power iterations use `tol` (None: the dtype's default,
     harness.settings) and at most `iters` operator applications; their convergence flags are kept
-    (`converged`). certify: None, or dict(steps=..., fail_prob=..., seed=...): the truths then start from a seeded
-    Gaussian and also give the KW certified upper estimate (`upper[scope]`, kernels.layer.certified_norm).
+    (`converged`). certify: None, or dict(steps=..., fail_prob=..., seed=...): certifying mode. The truths then
+    also give the KW certified upper estimate (`upper[scope]`, kernels.layer.certified_norm), and so do zeta and
+    ||M_l|| (`upper["zeta"]`, `upper["m"]`, their first Lanczos cycle run for settings.CERTIFY_EPS); every
+    ball-change certificate then reads these upper estimates (`zeta_cert`, `m_cert`), never a Ritz value, and is
+    padded by the rounding allowance `rounding_allowance`. Without certify the certificates read the Lanczos values
+    (estimates, to the solvers' tolerance). Every Lanczos start is hashed from X and the weights
+    (harness.kernels.starts).
     """
 
     def __init__(self, X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
@@ -72,20 +78,55 @@ class InputState:
         """||(X wv_l + bv_l) wo_l|| (..., h) (LoFAST's ||X VO_l||)."""
         return lofast.delta22(self.X, self.w, 0.0)
 
+    @property
+    def _certify_power(self) -> dict:
+        """The Lanczos settings of zeta and ||M_l||: in certifying mode a first cycle long enough for CERTIFY_EPS and
+        the state's fail_prob and seed."""
+        if self.certify is None:
+            return self.power
+        c = self.certify
+        return dict(self.power, certify_eps=CERTIFY_EPS, fail_prob=float(c.get("fail_prob", FAIL_PROB)),
+                    seed=int(c.get("seed", 0)))
+
     @functools.cached_property
     def zeta(self) -> Tensor:
         """LoFAST Lemma 1 (no residual, masked P when causal): (...,); its eq. 9 cap reads the cached ||P_l||."""
         z, info = lofast.zeta(self.X, self.w, residual=False, causal=self.causal, return_info=True,
-                              P_norm=self.P_norm, **self.power)
+                              P_norm=self.P_norm, **self._certify_power)
         self.converged["zeta"] = info.converged
+        if self.certify is not None:
+            self.upper["zeta"] = info.zeta.upper
         return z
 
     @functools.cached_property
     def m_fine(self) -> Tensor:
         """LoFAST Lemma 2, exact ||M_l(X)||: (..., h)."""
-        m, info = lofast.m_norms(self.X, self.w, return_info=True, **self.power)
+        m, info = lofast.m_norms(self.X, self.w, return_info=True, **self._certify_power)
         self.converged["m"] = info.converged
+        if self.certify is not None:
+            self.upper["m"] = info.m.upper
         return m
+
+    @property
+    def zeta_cert(self) -> Tensor:
+        """What a certificate reads for zeta: its certified upper estimate in certifying mode, else the value."""
+        z = self.zeta
+        return self.upper["zeta"] if self.certify is not None else z
+
+    @property
+    def m_cert(self) -> Tensor:
+        """What a certificate reads for ||M_l||: its certified upper estimate in certifying mode, else the value."""
+        m = self.m_fine
+        return self.upper["m"] if self.certify is not None else m
+
+    @property
+    def rounding_allowance(self) -> float:
+        """The factor a certificate is padded by in certifying mode, 1 + CERT_ROUNDING (n + d) eps (settings); 1
+        otherwise."""
+        if self.certify is None:
+            return 1.0
+        n, d = self.X.shape[-2:]
+        return 1.0 + CERT_ROUNDING * (n + d) * torch.finfo(self.X.dtype).eps
 
     @functools.cached_property
     def m_coarse(self) -> Tensor:

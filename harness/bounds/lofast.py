@@ -39,6 +39,7 @@ from harness.kernels.mixed import applies as mixed_applies, lanczos_mixed
 from harness.kernels.power import PowerResult, check_args, default_tol, report_nonconvergence
 from harness.settings import FAIL_PROB, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, SUSPICIOUS_STEPS
 from harness.kernels.linalg import all_finite
+from harness.kernels.starts import gaussian_rows, weight_tensors
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -114,9 +115,10 @@ def _solve(op, batch_shape, x0, X, tol, iters, random_start, on_nonconvergence, 
     return res
 
 
-def _gauss(shape, X, seed):
-    g = torch.Generator(device=X.device).manual_seed(seed)
-    return torch.randn(shape, dtype=X.dtype, device=X.device, generator=g)
+def _gauss(shape, X, seed, tag, w):
+    """The certified start (B, N): Gaussian rows seeded by a hash of X, the weights and the quantity
+    (harness.kernels.starts), so no one can know it before fixing the model and the input."""
+    return gaussian_rows(X, shape[1], seed, tag, weight_tensors(w), rows=shape[0])
 
 
 def _out(value: Tensor, info: LofastInfo, return_info: bool):
@@ -178,8 +180,9 @@ def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool 
     n, d = X.shape[-2:]
     op, P = zeta_gram(X, w, residual, causal)  # P: (B, h, n, n)
     B = P.shape[0]
-    restart = lambda: _gauss((B, n * d), X, seed + 1)
-    x0 = _gauss((B, n * d), X, seed) if v0 is None else v0.reshape(B, n * d).to(X.dtype)
+    tag = f"zeta;residual={bool(residual)};causal={bool(causal)}"
+    restart = lambda: _gauss((B, n * d), X, seed + 1, tag, w)
+    x0 = _gauss((B, n * d), X, seed, tag, w) if v0 is None else v0.reshape(B, n * d).to(X.dtype)
     given = P_norm is not None and all_finite(P_norm)
     res = _solve(op, batch, x0, X, tol, iters, v0 is None, on_nonconvergence, dict(kw),
                  partial(_eq9_cap, P, w, residual, P_norm if given else None), restart)
@@ -231,9 +234,10 @@ def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iter
     kw = dict(kw)
     op, U = m_gram(X, w, kw.pop("side", "auto"))
     B = op.K.shape[0]
-    restart = lambda: _gauss((B, op.dim), X, seed + 1)
+    tag = f"m_norms;side={op.side}"
+    restart = lambda: _gauss((B, op.dim), X, seed + 1, tag, w)
     if v0 is None:
-        x0 = _gauss((B, op.dim), X, seed)
+        x0 = _gauss((B, op.dim), X, seed, tag, w)
     else:
         Z = (v0.to(X.dtype) @ U).reshape(B, n, -1)  # (B, n, r)
         x0 = (Z if op.side == "domain" else op.matvec(Z)).reshape(B, -1)

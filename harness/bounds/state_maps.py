@@ -40,9 +40,10 @@ def lofast_naive_layer(s: InputState) -> Tensor:
 
 
 def second_order_at(s: InputState, eps) -> Tensor:
-    """harness.bounds.second_order.delta at the state: U = the layer truth, or its certified upper estimate when the
-    state was built with `certify` (the truth approaches ||J|| from below); K from the exact ||M_l||."""
+    """harness.bounds.second_order.delta at the state: U = the layer truth, K from the exact ||M_l||; in certifying
+    mode (`certify`) U and ||M_l|| are their certified upper estimates (Lanczos values approach the norms from
+    below) and the result is padded by s.rounding_allowance."""
     truth = s.truth_layer
     U = s.upper.get("layer", truth) if s.certify is not None else truth
-    t = second_order.curvature_terms(s.X, s.w, s.m_fine, s.causal, xvo=s.value_norm, rows=s.row_terms)
-    return second_order.delta(U, t, torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device))
+    t = second_order.curvature_terms(s.X, s.w, s.m_cert, s.causal, xvo=s.value_norm, rows=s.row_terms)
+    return second_order.delta(U, t, torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)) * s.rounding_allowance

@@ -35,6 +35,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from harness.kernels import lanczos_steps
+from harness.kernels.deflation import settle
 from harness.settings import PARTIAL_MIN_BYTES, PARTIAL_MIN_DIM, RITZ_ROUNDING
 from harness.kernels.linalg import safe_norm, trusted_norm
 
@@ -117,6 +118,7 @@ class LanczosResult:
     kw_eps: Optional[Tensor]  # (B,) relative eps of the KW bound on sigma^2
     products: int  # Gram applications of the (shrinking) batch
     passes: int = 0  # full reorthogonalization passes over the basis (batch-wide)
+    early: Optional[Tensor] = None  # (B,) bool: broke down on an invariant subspace before spanning the space
 
 
 def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
@@ -137,7 +139,22 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     check_options(krylov, reorth)
     with torch.inference_mode():
         out = _lanczos(op, x0.detach(), iters, tol, int(krylov), keep, check_every, min_steps, fail_prob, reorth)
-    return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in out))
+        r = LanczosResult(*out)
+        settle_early(op, x0.detach(), r, fail_prob, iters)
+    return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in (
+        r.value, r.converged, r.vector, r.steps, r.rel, r.upper, r.kw_eps, r.products, r.passes, r.early)))
+
+
+def settle_early(op, x0: Tensor, r: LanczosResult, fail_prob: Optional[float], iters: int) -> None:
+    """With a certificate requested, the rows that broke down on an invariant subspace before spanning the space get
+    theirs from harness.kernels.deflation.settle (in place on r): the subspace deflated, its complement searched from
+    fresh starts. Without one, nothing changes."""
+    if fail_prob is None or r.early is None or not bool(r.early.any()):
+        return
+
+    scale = op.scale.detach().to(x0.dtype)
+    r.value, r.vector, r.upper, r.products = settle(op.gram, unit_start(x0), r.value, r.vector, r.upper, r.early,
+                                                    scale, fail_prob, kw_epsilon, r.products)
 
 
 def basis_size(krylov: int, iters: int, N: int) -> int:
@@ -218,8 +235,10 @@ class Outputs:
         return finish
 
     def result(self, scale: Tensor, N: int, m: int, fail_prob: Optional[float]):
-        """(value, converged, vector, steps, rel, upper, kw_eps): sigma = sqrt(theta) c, and the certified upper
-        estimate sqrt(theta / (1 - eps_KW)) c (plus a 100 k eps rounding slack) when fail_prob is given."""
+        """(value, converged, vector, steps, rel, upper, kw_eps, early): sigma = sqrt(theta) c, and the certified
+        upper estimate sqrt(theta / (1 - eps_KW)) c (plus a 100 k eps rounding slack) when fail_prob is given;
+        `early` marks rows that broke down before spanning the space, whose estimate holds on the Krylov subspace
+        only until harness.kernels.deflation.settle has searched its complement (settle_early)."""
         dt = self.theta.dtype
         # the vectors are unit or zero, so a row sum is finite exactly when the row is (one reduction, not a pass
         # per entry test)
@@ -236,7 +255,8 @@ class Outputs:
             slack = 1 + RITZ_ROUNDING * torch.finfo(dt).eps * k.to(dt)  # rounding of the computed Ritz value
             upper = torch.where(kw < 1, (theta * slack / (1 - kw)).sqrt() * scale, float("inf"))
             upper = torch.where(finite, upper, float("nan"))
-        return value, self.conv, self.vec, self.steps, self.rel, upper, kw
+        early = self.broke & finite & (self.first < N)
+        return value, self.conv, self.vec, self.steps, self.rel, upper, kw, early
 
 
 def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob, reorth):
@@ -279,6 +299,7 @@ def _lanczos(op, x0, iters, tol, krylov, keep, check_every, min_steps, fail_prob
                 check_at, last_k = check_at - shift, last_k - shift  # test positions follow the new numbering
             else:
                 s.extend(nxt, beta)
-        return (*out.result(scale0, N, m, fail_prob), products, s.passes)
+        value, conv, vec, steps, rel, upper, kw, early = out.result(scale0, N, m, fail_prob)
+        return value, conv, vec, steps, rel, upper, kw, products, s.passes, early
     finally:
         release()

@@ -26,6 +26,7 @@ from harness.settings import CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, SVD_ROU
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
 from .power import PowerResult, top_singular_value
+from .starts import gaussian_rows, weight_tensors
 
 Tensor = torch.Tensor
 
@@ -113,9 +114,8 @@ def lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optiona
     N = X.shape[-2] * X.shape[-1]
     if v0 is None and method == "lanczos" and N <= dense_max:
         return _dense(matvec, X)
-    if v0 is None:
-        g = torch.Generator(device=X.device).manual_seed(seed)
-        v0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g)
+    if v0 is None:  # hashed from X and the weights (harness.kernels.starts), not a public seed
+        v0 = gaussian_rows(X, N, seed, f"layer;causal={bool(causal)}", weight_tensors(w)).reshape(X.shape)
     return top_singular_value(matvec, rmatvec, v0, event_dims=2, iters=iters, tol=tol,
                               on_nonconvergence="ignore", method=method, krylov=krylov)
 
@@ -210,22 +210,32 @@ def reduced_heads(X: Tensor, w):
     return X.unsqueeze(-3) @ Q, wr  # (..., h, n, r)
 
 
-def gaussian_start(X: Tensor, seed: int) -> Tensor:
-    """The certified start for X-shaped problems (..., n, d): seeded Gaussian rows (B, n d) of unit norm, in X's
-    dtype and device, drawn before looking at the operator (the KW certificate's premise)."""
-    g = torch.Generator(device=X.device).manual_seed(seed)
-    x0 = torch.randn(X.shape, dtype=X.dtype, device=X.device, generator=g).reshape(-1, X.shape[-2:].numel())
+def gaussian_start(X: Tensor, seed: int, tag: str = "norm", data: Sequence[Optional[Tensor]] = ()) -> Tensor:
+    """The certified start for X-shaped problems (..., n, d): Gaussian rows (B, n d) of unit norm, in X's dtype and
+    device, each seeded by a hash of its input, `data` (the operator's weights), `tag` (which quantity) and `seed`
+    (harness.kernels.starts): unknowable before the model and the input are fixed (the KW certificate's premise),
+    the same for the same model and input."""
+    x0 = gaussian_rows(X, X.shape[-2:].numel(), seed, tag, data)
     return x0 / x0.norm(dim=-1, keepdim=True)
 
 
+def truth_start(X: Tensor, w, seed: int, causal: bool, residual: bool = False) -> Tensor:
+    """gaussian_start for the layer Jacobian of (X, w): the start of `truth(..., certify=...)` and of the mixed
+    route (harness.kernels.mixed.truth), which must be the same vector."""
+    return gaussian_start(X, seed, f"layer;causal={bool(causal)};residual={bool(residual)}", weight_tensors(w))
+
+
 def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
-                   steps: int = CERTIFY_STEPS, fail_prob: float = REPORT_FAIL_PROB) -> PowerResult:
-    """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a seeded Gaussian drawn
-    before looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski
-    certified upper estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,)."""
+                   steps: int = CERTIFY_STEPS, fail_prob: float = REPORT_FAIL_PROB,
+                   x0: Optional[Tensor] = None) -> PowerResult:
+    """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a Gaussian drawn before
+    looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski certified upper
+    estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,). x0 (B, n d): the start
+    (default gaussian_start(X, seed), hashed from X alone: pass one hashed from the operator's weights too, as
+    `truth` does, when the operator is not a function of X alone)."""
     tol = truth_tol(X.dtype) if tol is None else tol
     batch, event = X.shape[:-2], X.shape[-2:]
-    x0 = gaussian_start(X, seed)
+    x0 = gaussian_start(X, seed) if x0 is None else x0
     op = CallableGram(matvec, rmatvec, batch, event, x0)
     r = lanczos(op, x0, iters=iters, tol=tol, krylov=max(30, steps + 2), min_steps=steps, fail_prob=fail_prob)
     return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape), r.products,
@@ -251,4 +261,5 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     if residual:  # J_F + I and its adjoint J_F^T + I
         mv, rmv = matvec, rmatvec
         matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
-    return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify)
+    return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify,
+                          x0=truth_start(X, w, seed, causal, residual))

@@ -83,7 +83,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
         X, w = layer.reduced_heads(X, w)
     batch, event = X.shape[:-2], X.shape[-2:]
     steps, fail_prob = int(certify["steps"]), float(certify["fail_prob"])
-    x0 = layer.gaussian_start(X, seed)  # kernels.layer.certified_norm's start, in float64
+    x0 = layer.truth_start(X, w, seed, causal)  # kernels.layer.truth's certified start, in float64
     op = CallableGram(*layer.layer_operator(X, w, causal), batch, event, x0)
     op32 = CallableGram(*layer.layer_operator(X.to(torch.float32), _as32(w), causal), batch, event,
                         x0.to(torch.float32))

@@ -38,7 +38,8 @@ from typing import Callable, List, Optional
 import numpy as np
 import torch
 
-from harness.kernels.krylov import GramOperator, LanczosResult, Outputs, basis_size, check_options, is_lean, unit_start
+from harness.kernels.krylov import (GramOperator, LanczosResult, Outputs, basis_size, check_options, is_lean,
+                                    settle_early, unit_start)
 from harness.kernels.krylov import lanczos as restarted_lanczos
 from harness.kernels.lanczos_steps import next_check, routine, stemr_top
 from harness.kernels.operators import MGram, ZetaGram
@@ -139,7 +140,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
     x = unit_start(x0.detach()).numpy()
     rec, products = _iterate(_products(op, x.dtype), x, m, iters, tol, check_every, min(min_steps, N))
     out = Outputs.of(**{name: torch.from_numpy(arr) for name, arr in rec.items()})
-    value, conv, vec, steps, rel, upper, kw = out.result(op.scale.detach().to(x0.dtype), N, m, fail_prob)
+    value, conv, vec, steps, rel, upper, kw, early = out.result(op.scale.detach().to(x0.dtype), N, m, fail_prob)
     passes = 2 * products
     full = m < iters and int(rec["steps"].max()) == m  # some row filled the basis with products left
     handed = (~conv & (steps == m) & torch.isfinite(value)) if full else None
@@ -150,8 +151,11 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
             mine[handed] = theirs
         if fail_prob is not None:
             upper[handed], kw[handed] = r.upper, r.kw_eps
+        early[handed] = False  # settled by the thick-restart solver already
         products, passes = products + r.products, passes + r.passes  # the work done: the first cycle twice
-    return LanczosResult(value, conv, vec, steps, rel, upper, kw, products, passes)
+    res = LanczosResult(value, conv, vec, steps, rel, upper, kw, products, passes, early)
+    settle_early(op, x0.detach(), res, fail_prob, iters)
+    return res
 
 
 def _iterate(grams: List[Callable], x: np.ndarray, m: int, iters: int, tol: float, check_every: int,

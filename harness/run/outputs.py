@@ -169,8 +169,10 @@ class OutputReport:
 
 
 def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional[float] = None,
-                  overrides: Optional[Dict[str, Any]] = None) -> OutputReport:
-    """Write <output_root>/<exp>/ from the cache; returns the OutputReport."""
+                  overrides: Optional[Dict[str, Any]] = None, judge=None) -> OutputReport:
+    """Write <output_root>/<exp>/ from the cache; returns the OutputReport. judge(exp, outdir, parquet bytes,
+    figures) -> (why kept, what differed) (the runner passes verify_compare.against_existing): when every cell is
+    there and it says the result already in outdir reproduces, nothing is written."""
     from .. import manifest as _manifest
 
     exp, name = p.exp, p.exp.name
@@ -188,8 +190,8 @@ def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional
             return replace(report, kept=str(outdir), skipped=lost)
     table = to_table(rows)
     packed = parquet_bytes(table)
-    if not absent:
-        same, differs = against_existing(exp, outdir, packed, cfg.figures)
+    if not absent and judge is not None:
+        same, differs = judge(exp, outdir, packed, cfg.figures)
         if same:
             return replace(report, reproduced=same)
         report = replace(report, replaced=differs)
@@ -229,50 +231,6 @@ def write_outputs(p, cfg, statuses: Optional[Statuses] = None, started: Optional
     }
     write_manifest(outdir / "manifest.json", man)
     return replace(report, figures=tuple(figures), figure_error=figure_error, table=table)
-
-
-def against_existing(exp, outdir: Path, packed: bytes, figures: bool) -> Tuple[Optional[str], Optional[str]]:
-    """Whether a complete new table reproduces the complete result in `outdir` (committed or from an earlier run)
-    within the experiment's verify tolerances (harness.run.verify_compare.compare: every cell, every column, both
-    copies of the table agreeing, its figures present). Returns (why it is kept, None) when it does: the files
-    there stay byte for byte as they are, so a rerun on a machine that reproduces leaves a clean checkout; else
-    (None, what differed) for the run to say, or (None, None) when there is nothing to compare with."""
-    import pandas as pd
-
-    from ..errors import CorruptFile
-    from ..manifest import read as read_manifest
-    from .verify import ExpVerify, format_one
-    from .verify_compare import compare, copies, read_table
-
-    man_path = outdir / "manifest.json"
-    if not man_path.is_file():
-        return None, None
-    try:
-        manifest = read_manifest(man_path)
-        old = read_table(outdir)
-    except (CorruptFile, OSError, ValueError) as e:
-        return None, f"the result there was unreadable ({str(e)[:160]})"
-    if old is None or not isinstance(manifest, dict) or not manifest.get("complete"):
-        return None, None
-    now = pd.read_parquet(io.BytesIO(packed))
-    r = ExpVerify(exp.name)
-    labels = list(dict.fromkeys(now["cell"].astype(str)))
-    gone = sorted(set(old["cell"].astype(str)) - set(labels))
-    r.problems += [f"cell {lb}: in the table there, not a cell of this run" for lb in gone[:3]]
-    r.problems += copies(outdir, old, manifest)
-    compare(exp, old, now, labels, r)
-    r.verified = r.cells = labels
-    if figures:
-        lost = [f for f in manifest.get("figures") or [] if not (outdir / str(f)).is_file()]
-        r.problems += [f"figure {f} missing there" for f in lost[:3]]
-    if r.status != "reproduced":
-        worst = [c for c in r.columns if not c.ok]
-        what = [f"{c.column} by up to {c.max_rel:.3g} relative ({c.bad} value(s) over {c.tol:g})" for c in worst]
-        return None, "; ".join(what + r.problems[:3]) or "differs"
-    closest = max((c.max_rel for c in r.columns if c.max_abs > 0 and c.max_rel != float("inf")), default=0.0)
-    largest = max((c.max_abs for c in r.columns), default=0.0)
-    return (f"reproduced ({len(labels)} cells, {len(r.columns)} columns within their verify tolerance; largest "
-            f"difference {largest:.2g} absolute, {closest:.2g} relative); committed results kept"), None
 
 
 def write_manifest(path: Path, man: Dict[str, Any]) -> Path:

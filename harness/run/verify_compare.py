@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import io
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import CorruptFile
 from .outputs import parquet_bytes, to_table
@@ -233,3 +234,55 @@ def staleness(p, manifest: Dict[str, Any], labels: Sequence[str]) -> List[str]:
     if threads:
         notes.append(f"committed cells computed with torch threads {threads}")
     return notes
+
+
+@dataclasses.dataclass
+class TableDiff:
+    """compare()'s findings for one table against another: column differences, other problems, notes."""
+    columns: List[ColumnDiff] = dataclasses.field(default_factory=list)
+    problems: List[str] = dataclasses.field(default_factory=list)
+    notes: List[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(c.ok for c in self.columns)
+
+
+def against_existing(exp, outdir: Path, packed: bytes, figures: bool) -> Tuple[Optional[str], Optional[str]]:
+    """Whether a complete new table reproduces the complete result in `outdir` (committed or from an earlier run)
+    within the experiment's verify tolerances (harness.run.verify_compare.compare: every cell, every column, both
+    copies of the table agreeing, its figures present). Returns (why it is kept, None) when it does: the files
+    there stay byte for byte as they are, so a rerun on a machine that reproduces leaves a clean checkout; else
+    (None, what differed) for the run to say, or (None, None) when there is nothing to compare with."""
+    import pandas as pd
+
+    from ..manifest import read as read_manifest
+
+    man_path = outdir / "manifest.json"
+    if not man_path.is_file():
+        return None, None
+    try:
+        manifest = read_manifest(man_path)
+        old = read_table(outdir)
+    except (CorruptFile, OSError, ValueError) as e:
+        return None, f"the result there was unreadable ({str(e)[:160]})"
+    if old is None or not isinstance(manifest, dict) or not manifest.get("complete"):
+        return None, None
+    now = pd.read_parquet(io.BytesIO(packed))
+    r = TableDiff()
+    labels = list(dict.fromkeys(now["cell"].astype(str)))
+    gone = sorted(set(old["cell"].astype(str)) - set(labels))
+    r.problems += [f"cell {lb}: in the table there, not a cell of this run" for lb in gone[:3]]
+    r.problems += copies(outdir, old, manifest)
+    compare(exp, old, now, labels, r)
+    if figures:
+        lost = [f for f in manifest.get("figures") or [] if not (outdir / str(f)).is_file()]
+        r.problems += [f"figure {f} missing there" for f in lost[:3]]
+    if not r.ok:
+        worst = [c for c in r.columns if not c.ok]
+        what = [f"{c.column} by up to {c.max_rel:.3g} relative ({c.bad} value(s) over {c.tol:g})" for c in worst]
+        return None, "; ".join(what + r.problems[:3]) or "differs"
+    closest = max((c.max_rel for c in r.columns if c.max_abs > 0 and c.max_rel != float("inf")), default=0.0)
+    largest = max((c.max_abs for c in r.columns), default=0.0)
+    return (f"reproduced ({len(labels)} cells, {len(r.columns)} columns within their verify tolerance; largest "
+            f"difference {largest:.2g} absolute, {closest:.2g} relative); committed results kept"), None
