@@ -8,6 +8,7 @@ import torch
 
 from harness.bounds import castin, lofast
 from harness.bounds import registry as R
+from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights, attention_unchecked
 from harness.kernels.power import dense_jacobian
 
@@ -132,8 +133,14 @@ def test_attention_maps_computed_once(monkeypatch):
 
 def test_evaluate_follows_the_input_dtype():
     X, w = _case(7)
-    ev = R.evaluate(X.float(), w, names=["jasmin", "castin"])  # w is cast to X's dtype once
+    with pytest.raises(ValueError, match="the weights are float64 and X is float32"):  # never a silent rounding
+        R.evaluate(X.float(), w, names=["jasmin", "castin"])
+    with pytest.raises(ValueError, match="not a ball-change certificate: 'bets'"):
+        R.ball_changes(InputState(X, w), 0.1, ["best", "bets"])
+    ev = R.evaluate(X.float(), w, names=["jasmin", "castin"], cast=True)  # w rounded to X's dtype once, recorded
+    assert ev.state.cast == "float64 -> float32"
     assert all(v.dtype == torch.float32 for v in ev.values.values())
+    assert R.evaluate(X, w.to(dtype=torch.float32), names=["castin"]).state.cast is None  # widening: lossless
     ref = R.evaluate(X, w, names=["jasmin", "castin"])
     for k, v in ev.values.items():
         assert torch.allclose(v.double(), ref.values[k], rtol=1e-3), k

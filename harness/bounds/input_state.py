@@ -33,11 +33,19 @@ class InputState:
     """
 
     def __init__(self, X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
-                 iters: int = 2000, certify: Optional[dict] = None):
+                 iters: int = 2000, certify: Optional[dict] = None, cast: bool = False):
         if not isinstance(w, AttentionWeights):
             raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
         check_input(X, w.d)
-        if w.dtype != X.dtype or w.device != X.device:
+        self.cast: Optional[str] = None  # "float64 -> float32" when cast=True rounded the weights to X's dtype
+        if w.dtype != X.dtype and torch.finfo(w.dtype).bits > torch.finfo(X.dtype).bits:
+            if not cast:
+                raise ValueError(f"the weights are {str(w.dtype).replace('torch.', '')} and X is "
+                                 f"{str(X.dtype).replace('torch.', '')}: the bounds would round the weights "
+                                 f"silently. Pass X in the weights' dtype, or cast=True to round the weights to X's "
+                                 f"dtype (recorded in InputState.cast)")
+            self.cast = f"{str(w.dtype).replace('torch.', '')} -> {str(X.dtype).replace('torch.', '')}"
+        if w.dtype != X.dtype or w.device != X.device:  # a lossless widening (or a device move) otherwise
             w = w.to(dtype=X.dtype, device=X.device)
         self.X, self.w, self.causal = X.detach(), w, bool(causal)
         self.tol, self.iters = tol, int(iters)
