@@ -102,6 +102,7 @@ def test_lofast_limits_are_theorem1s_limit():
     certificate's delta(X, eps)/eps as eps -> 0."""
     import math
 
+    from harness.bounds import lofast_refined
     from harness.bounds.input_state import InputState
 
     X, w = _case(9)
@@ -109,7 +110,7 @@ def test_lofast_limits_are_theorem1s_limit():
     sq = math.sqrt(s.w.dh)
     for name, m, c, cert in (("lofast_fine", s.m_fine, 1.0, "fine"), ("lofast_coarse", s.m_coarse, 1.0, "coarse"),
                              ("lofast_sharp", s.m_fine, 0.5, "sharp"),
-                             ("lofast_refined", s.m_fine, s.P.amax((-1, -2)).clamp(max=0.5), "refined")):
+                             ("lofast_refined", s.m_fine, lofast_refined.constant_at_zero(s.P), "refined")):
         layer = R.get(name, "layer").fn(s)
         assert torch.equal(layer, s.zeta + (c / sq * m * s.value_norm).sum(-1)), name
         assert torch.equal(R.get(name, "head").fn(s), s.P_norm * s.VO_norm + c / sq * m * s.value_norm), name

@@ -97,8 +97,11 @@ def test_near_one_hot_two_tokens_large_scores():
     m = lofast.m_norms(X, w)
     bound = c * eps / math.sqrt(w.dh) * (m + w.B_norm() * eps)
     assert (lower <= bound).all()
-    # a one-hot row's max_k p_k is 1, so its constant is the cap 1/2, never a rounded 0
-    assert float(lofast_refined.softmax_constant(lofast_refined.row_terms(X, w), 0.0).min()) == 0.5
+    # at eps = 0 a one-hot row's constant is 2 (1 - p_k*) = 2 exp(-450 / sqrt(2)) summed from the other entry, not
+    # the cap 1/2 of max_k p_k and not a rounded 0; with onehot=False, the cap
+    at0 = float(lofast_refined.softmax_constant(lofast_refined.row_terms(X, w), 0.0).min())
+    assert at0 == pytest.approx(2 * math.exp(-450 / math.sqrt(2)), rel=1e-9) and at0 > 0
+    assert float(lofast_refined.softmax_constant(lofast_refined.row_terms(X, w), 0.0, onehot=False).min()) == 0.5
 
 
 def test_causal_and_bias_against_pgd():
@@ -163,7 +166,7 @@ def test_constant_at_zero_is_the_per_ball_constant_at_eps_zero(causal, scale):
     want = lofast_refined.softmax_constant(lofast_refined.row_terms(X, w, causal), 0.0)
     got = lofast_refined.constant_at_zero(probs(X, w, causal))
     assert got.shape == want.shape == (4, 3)
-    assert torch.allclose(got, want, rtol=1e-14, atol=0)
+    assert torch.allclose(got, want, rtol=1e-12, atol=0)  # sums of probabilities against exp(logsumexp(log p))
     assert (got <= 0.5).all() and (got > 0).all()
 
 

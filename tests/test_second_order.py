@@ -156,3 +156,73 @@ def test_certified_truth_equals_the_dense_norm(residual):
     r = second_order.certified_truth(X, w, residual=residual)
     assert float(r.value[0]) == pytest.approx(float(dense), rel=1e-9)
     assert float(dense) <= float(r.upper[0]) <= float(dense) / math.sqrt(0.99) * (1 + 1e-9)
+
+
+def test_near_one_hot_rows_have_small_softmax_constants():
+    """||J_sm(p)|| <= 2 (1 - p_k) and ||T(p)[u, u]|| <= 4 (1 - p_k) ||u||^2 for every k (the one-hot forms of
+    lofast_refined.row_bounds), on 10,000 rows from uniform to one-hot, in random and adversarial directions."""
+    g = torch.Generator().manual_seed(4)
+    N = 10_000
+    for n in (2, 3, 7):
+        scale = 10 ** (torch.rand(N, 1, generator=g, dtype=D64) * 5 - 2)
+        p = torch.softmax(torch.randn(N, n, generator=g, dtype=D64) * scale, -1)
+        eye = torch.eye(n, dtype=torch.bool)
+        one_minus = (p.unsqueeze(-2) * ~eye).sum(-1)  # 1 - p_k summed from the other entries (no cancellation)
+        # J_sm with its diagonal p_k (1 - p_k) from the other entries: the plain p_k - p_k^2 cancels to 1e-16 at
+        # p_k ~ 1, far above the norm of a near-one-hot row's Jacobian
+        J = torch.diag_embed(p * one_minus) - (p.unsqueeze(-1) * p.unsqueeze(-2)) * ~eye
+        assert (torch.linalg.matrix_norm(J, ord=2) <= 2 * one_minus.amin(-1) * (1 + 1e-12) + 1e-300).all()
+        k = p.argmax(-1)
+        for u in (torch.randn(N, n, generator=g, dtype=D64), torch.nn.functional.one_hot(k, n).to(D64) - p):
+            keep = u.norm(dim=-1) > 1e-100
+            u, pk, om = u[keep] / u[keep].norm(dim=-1, keepdim=True), p[keep], one_minus[keep]
+            val = _curvature_of_softmax(pk, u).norm(dim=-1)
+            assert (val <= 4 * om.amin(-1) * (1 + 1e-12) + 1e-300).all()
+
+
+def test_the_ball_bound_on_one_minus_the_top_probability_holds_inside_the_ball():
+    """q_i of lofast_refined.row_bounds bounds 1 - p_ik* at every Z in the eps-ball (sampled inside and on the
+    sphere, and along the exact change's direction), on near-one-hot layers."""
+    from harness.bounds import lofast_refined
+    from harness.kernels.attention import probs
+
+    g = torch.Generator().manual_seed(6)
+    for scale in (3.0, 10.0, 30.0):
+        w = AttentionWeights.random(d=8, h=2, generator=g)
+        w = AttentionWeights(w.wq * scale, w.wk * scale, w.wv, w.wo)
+        X = torch.randn(4, 6, 8, generator=g, dtype=D64)
+        t = lofast_refined.row_terms(X, w)
+        for eps in (1e-6, 1e-3, 1e-1):
+            _, q = lofast_refined.row_bounds(t, eps)  # (4, h, n)
+            top = probs(X, w).argmax(-1, keepdim=True)
+            for _ in range(6):
+                U = torch.randn(X.shape, generator=g, dtype=D64)
+                Z = X + eps * U / U.norm(dim=(-1, -2), keepdim=True) * float(torch.rand((), generator=g))
+                Pz = probs(Z, w)
+                rest = (Pz.sum(-1, keepdim=True) - Pz.gather(-1, top)).squeeze(-1).clamp_min(0)
+                assert (rest <= q * (1 + 1e-9) + 1e-300).all(), float((rest - q).max())
+
+
+def test_near_one_hot_certificates_are_tight_and_sound():
+    """Query / key weights scaled by 10 (every row near one-hot): the certified best is within 1.1x of the
+    strongest attack at eps 1e-8 and 10x at 1e-3, and never below the attack or the exact change along the dense
+    Jacobian's top singular vector."""
+    from harness.kernels.pgd import pgd_maximize
+
+    g = torch.Generator().manual_seed(5)
+    w = AttentionWeights.random(d=16, h=2, generator=g)
+    w = AttentionWeights(w.wq * 10, w.wk * 10, w.wv, w.wo)
+    X = torch.randn(1, 8, 16, dtype=D64, generator=g)
+    F = lambda Z: attention_unchecked(Z, w, residual=False)  # noqa: E731
+    s = InputState(X, w, certify=dict(steps=64, fail_prob=1e-9))
+    assert float(s.P.amax(-1).min()) > 0.999
+    v = torch.linalg.svd(dense_jacobian(F, X[0])).Vh[0].reshape(X[0].shape)
+    for eps, most in ((1e-8, 1.1), (1e-3, 10.0), (1e-1, None)):
+        e = torch.full((1,), eps, dtype=D64)
+        best = float(registry.get("best", "layer").fn(s, e))
+        obj = lambda U: (F(X + U) - F(X)).flatten(-2).norm(dim=-1)  # noqa: E731
+        attack = float(pgd_maximize(obj, torch.zeros_like(X), eps, steps=50, restarts=4, batch_dims=1).value)
+        exact = max(float((F(X[0] + sg * eps * v) - F(X[0])).norm()) for sg in (1.0, -1.0))
+        assert best >= max(attack, exact) * (1 - 1e-9)
+        if most is not None:
+            assert best <= most * attack, (eps, best / attack)

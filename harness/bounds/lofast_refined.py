@@ -20,6 +20,7 @@ min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipsc
 
     row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
     softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
+    second_constant(t, eps) -> (..., h)            the second-derivative constant (harness.bounds.second_order)
     constant_at_zero(P) -> (..., h)                c_l(0) from the attention probabilities alone
     delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
 """
@@ -70,23 +71,60 @@ def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
     return RowTerms(logp, dist, key_side, query_side, w.B_norm(), w.dh)
 
 
-def softmax_constant(t: RowTerms, eps: Eps) -> Tensor:
-    """c_l(eps) = max_i min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||))): (..., h) for eps scalar or (...,)."""
+def row_bounds(t: RowTerms, eps: Eps):
+    """Per row i over the eps-ball, (..., h, n) each: c_i = min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||)))
+    (the bound on max_k p_k), and q_i = min(1, sum_{j != k*} p_ij exp(rho_i ||e_j - p_i||)), a bound on 1 - p_ik*
+    anywhere in the ball, k* the row's most probable key at X (docs/math.md §1, "Near one-hot rows")."""
     e = torch.as_tensor(eps, dtype=t.logp.dtype, device=t.logp.device)
     if bool((e < 0).any()) or not all_finite(e):
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
     e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
     rho = e * (t.key_side.unsqueeze(-1) + t.query_side + e * t.b[:, None]) / math.sqrt(t.dh)  # (..., h, n)
-    log_top = (t.logp + rho.unsqueeze(-1) * t.dist).amax(-1)  # (..., h, n): log of the bound on max_k p_k
+    logb = t.logp + rho.unsqueeze(-1) * t.dist  # (..., h, n, n): log of the ball's bound on each p_k
+    log_top = logb.amax(-1)  # (..., h, n): log of the bound on max_k p_k
     c_row = torch.exp(log_top.clamp(max=math.log(0.5)))  # min(1/2, .) in log space, then exp <= 1/2
+    top = t.logp.argmax(-1, keepdim=True)  # (..., h, n, 1): k*
+    rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
+    q_row = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n), exp(-inf) = 0 for a lone key
+    return c_row, q_row
+
+
+def softmax_constant(t: RowTerms, eps: Eps, onehot: bool = True) -> Tensor:
+    """c_l(eps) >= ||J_sm(p_i)|| for every row i of head l anywhere in the eps-ball: (..., h) for eps scalar or
+    (...,). max_i min(c_i, 2 q_i) (row_bounds): ||J_sm(p)|| <= max_k p_k and <= 2 (1 - p_k) for every k, so a row
+    that stays near one-hot over the ball contributes ~0. onehot=False: max_i c_i alone."""
+    c_row, q_row = row_bounds(t, eps)
+    if onehot:
+        c_row = torch.minimum(c_row, 2.0 * q_row)
     return c_row.amax(-1)  # (..., h)
+
+
+def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
+    """A bound on ||T(p)[u, u]|| / ||u||^2, T the second derivative of the softmax at p, given ||J_sm(p)|| <= c:
+    sqrt(8 c / 27 + c^2) (docs/math.md §1; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
+    if isinstance(c, Tensor):
+        return torch.sqrt(8.0 * c / 27.0 + c * c)
+    return math.sqrt(8.0 * c / 27.0 + c * c)
+
+
+def second_constant(t: RowTerms, eps: Eps) -> Tensor:
+    """k_l(eps) >= ||T(p_i)[u, u]|| / ||u||^2 for every row of head l anywhere in the eps-ball: (..., h).
+    max_i min(kappa(c_i), 4 q_i): T(p)[u, u]_j = p_j ((u_j - <p, u>)^2 - Var_p(u)), whose 1-norm is at most
+    2 Var_p(u) <= 4 (1 - p_k) ||u||^2 for every k."""
+    c_row, q_row = row_bounds(t, eps)
+    c_row = torch.minimum(c_row, 2.0 * q_row)  # bounds ||J_sm|| over the ball (softmax_constant)
+    return torch.minimum(kappa(c_row), 4.0 * q_row).amax(-1)
 
 
 def constant_at_zero(P: Tensor) -> Tensor:
     """c_l(0) = softmax_constant(row_terms(X, w, causal), 0) from the probabilities P (..., h, n, n) alone: at eps = 0
-    every rho_i is 0, so c_i(0) = min(1/2, max_k p_ik) and c_l(0) = min(1/2, max_ik p_ik) (masked entries are 0 and
-    never the maximum). (..., h)."""
-    return P.amax((-1, -2)).clamp(max=0.5)
+    every rho_i is 0, so c_i(0) = min(1/2, max_k p_ik, 2 sum_{j != k*} p_ij) (k* the row's most probable key; the
+    sum over the other entries, not 1 - p_ik*, so a near-one-hot row keeps its small value) and c_l(0) = max_i
+    c_i(0). (..., h)."""
+    top = P.argmax(-1, keepdim=True)
+    rest = P.scatter(-1, top, 0.0).sum(-1)  # (..., h, n): 1 - p_ik*, summed from the other entries
+    c_row = torch.minimum(P.amax(-1).clamp(max=0.5), 2.0 * rest)
+    return c_row.amax(-1)
 
 
 def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causal: bool = False, **power) -> Tensor:

@@ -15,9 +15,11 @@ second derivative, so K is the same with or without them). Per head, with s = (Z
     ||d^2S_l||_F = 2 ||E wq_l wk_l^T E^T||_F / sqrt(dh) <= 2 ||wq_l wk_l^T|| / sqrt(dh)
     ||J_sm(p_i(Z))|| <= c_l(eps)  (the per-ball constant of harness.bounds.lofast_refined, <= 1/2)
     ||T(p)[u, u]|| <= kappa(c) ||u||^2,  kappa(c) = sqrt(8 c / 27 + c^2)   (<= 0.631 at c = 1/2)
+    ||T(p)[u, u]|| <= 4 (1 - p_k) ||u||^2 for every k   (near one-hot rows: lofast_refined.second_constant)
     ||(Z wv_l + bv_l) wo_l|| <= ||(X wv_l + bv_l) wo_l|| + eps ||wv_l wo_l||
 
-so K_l(eps) = (2 c_l b_l / sqrt(dh) + kappa(c_l) sigma_l^2) (xvo_l + eps vo_l) + 2 c_l sigma_l vo_l and
+so K_l(eps) = (2 c_l b_l / sqrt(dh) + k_l sigma_l^2) (xvo_l + eps vo_l) + 2 c_l sigma_l vo_l, k_l the row maximum
+of min(kappa(c_i), 4 q_i) (q_i >= 1 - p_ik* over the ball, lofast_refined.row_bounds), and
 K = sum_l K_l. As eps -> 0 the certificate / eps tends to U, the exact local constant (up to the estimate); for
 large eps the eps^2 term dominates and Theorem 1's certificates (harness.bounds.ball_change) are smaller: the
 registry's "best" certificate takes the minimum of all of them, which is sound as well.
@@ -36,20 +38,13 @@ from typing import Union
 import torch
 
 from harness.bounds import lofast_refined
+from harness.bounds.lofast_refined import kappa  # noqa: F401 - part of this module's documented interface
 from harness.bounds.lofast_ops import prepare
 from harness.kernels.attention import AttentionWeights
 from harness.settings import CERTIFY_EPS, FAIL_PROB
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
-
-
-def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
-    """A bound on ||T(p)[u, u]|| / ||u||^2, T the second derivative of the softmax at p, given ||J_sm(p)|| <= c:
-    sqrt(8 c / 27 + c^2) (docs/math.md §1; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
-    if isinstance(c, Tensor):
-        return torch.sqrt(8.0 * c / 27.0 + c * c)
-    return math.sqrt(8.0 * c / 27.0 + c * c)
 
 
 @dataclass
@@ -78,11 +73,12 @@ def curvature_terms(X: Tensor, w: AttentionWeights, m: Tensor, causal: bool = Fa
 def curvature(t: CurvatureTerms, eps: Eps) -> Tensor:
     """K(eps) >= sup_{||Z - X||_F <= eps, ||E||_F = 1} ||D^2 F(Z)[E, E]||_F: (...,) for eps a number or (...,)."""
     e = torch.as_tensor(eps, dtype=t.m.dtype, device=t.m.device)
-    c = lofast_refined.softmax_constant(t.rows, e)  # (..., h), <= 1/2
+    c = lofast_refined.softmax_constant(t.rows, e)  # (..., h), <= 1/2; ~0 for rows that stay one-hot
+    k2 = lofast_refined.second_constant(t.rows, e)  # (..., h), <= kappa(c)
     eh = e.unsqueeze(-1) if e.dim() else e  # (..., 1) against (..., h)
     sqdh = math.sqrt(t.dh)
     sigma = (t.m + 2.0 * eh * t.b) / sqdh  # bound on ||dS_l||_F per unit ||E||_F anywhere in the ball
-    d2p = 2.0 * c * t.b / sqdh + kappa(c) * sigma.square()  # bound on ||d^2 P_l[E, E]||_F
+    d2p = 2.0 * c * t.b / sqdh + k2 * sigma.square()  # bound on ||d^2 P_l[E, E]||_F
     return (d2p * (t.xvo + eh * t.vo) + 2.0 * c * sigma * t.vo).sum(-1)
 
 
