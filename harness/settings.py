@@ -36,10 +36,11 @@ Certified estimates (Kuczynski-Wozniakowski upper estimates from a seeded Gaussi
   kernels.layer.certified_norm's default): one number per layer and input, read beside the Ritz value.
 - `CERTIFY_EPS` = 1e-2: the relative KW eps on the squared norm that certification's first Lanczos cycle is run
   long enough for, so its upper estimates are <= 1/sqrt(0.99) (0.5 %) above the Ritz values.
-- `CERT_ROUNDING` = 100: the rounding allowance of a certificate computed in certifying mode
+- `CERT_ROUNDING` = 8: the rounding allowance of a certificate computed in certifying mode
   (bounds.input_state.InputState(certify=...)): its value is multiplied by 1 + CERT_ROUNDING (n + d) eps of the
   input's dtype, for the rounding of the norms and products Theorem 1's polynomial and the curvature term are
-  evaluated from (7e-4 in float32 at n + d = 56, 1e-12 in float64).
+  evaluated from (each a dot product of length n or d, relative error <= (n + d) eps, a few of them multiplied:
+  twice that margin; 5.4e-5 in float32 at n + d = 56, 1e-13 in float64).
 - `CERTIFY_STEPS` = 24: the Lanczos products before a reported truth may stop (analyze). After k products KW's
   relative eps on sigma^2 is (ln(1.648 sqrt(N) / p) / (2k - 1))^2: at k = 24 and p = 1e-6 that is 0.14 (n x d =
   512) to 0.20 (512 tokens of BERT-base), so truth_upper is within 8-12 % of the Ritz value at a cost of at most
@@ -125,7 +126,7 @@ FAIL_PROB = 1e-9
 REPORT_FAIL_PROB = 1e-6
 CERTIFY_EPS = 1e-2
 CERTIFY_STEPS = 24
-CERT_ROUNDING = 100
+CERT_ROUNDING = 8
 
 # ---- algorithm choices by size ----------------------------------------------------------------------------------
 KRYLOV_BYTES = 128 * 2**20

@@ -90,7 +90,7 @@ def test_lanczos_mixed_on_clustered_spectra(gap):
 def test_analyze_state_mixed_reports_the_float64_truths():
     w, X = _w(seed=9), _X(3, 7, 16, seed=10)
     a, b = AnalyzeState(X, w, mixed=True), AnalyzeState(X, w, mixed=False)
-    assert a.mixed and not b.mixed and not AnalyzeState(X.float(), w, mixed=True).mixed
+    assert a.mixed and not b.mixed and not AnalyzeState(X.float(), w.to(dtype=torch.float32), mixed=True).mixed
     for q in ("truth_head", "truth_layer"):
         assert torch.allclose(getattr(a, q), getattr(b, q), rtol=1e-9, atol=0)
     for scope in ("head", "layer"):

@@ -114,12 +114,18 @@ def _layer(seed=0, n=6, d=8, h=2):
 
 def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     """second_order.certified_truth is kernels.layer.truth(residual=True): the same numbers as Lanczos on
-    J_F + I built by hand, and the dense ||J_F + I|| to the truth's tolerance."""
+    J_F + I built by hand (a layer above DENSE_MAX), and the dense ||J_F + I|| to the truth's tolerance; below
+    DENSE_MAX the dense route itself, its upper estimate the value padded for rounding."""
     from harness.bounds.second_order import certified_truth
     from harness.kernels.krylov import kw_steps
     from harness.kernels.layer import certified_norm, layer_operator, truth_start
 
     X, w = _layer()
+    small = certified_truth(X, w, residual=True)
+    assert small.fail_prob == 0.0 and bool((small.upper >= small.value).all())
+    assert bool((small.upper <= small.value * (1 + 1e-10)).all())
+    Xs = X
+    X, w = _layer(n=25, d=16)  # n d = 400 > DENSE_MAX: Lanczos with its KW estimate
     r = certified_truth(X, w, residual=True)
     mv, rmv = layer_operator(X, w)
     steps = kw_steps(X.shape[-2] * X.shape[-1], S.CERTIFY_EPS, S.FAIL_PROB)
@@ -135,6 +141,13 @@ def test_certified_truth_is_the_layer_truth_of_the_residual_map():
         cols = (mvb(E) + E).reshape(n * d, n * d)  # row k: (J + I) e_k
         dense.append(torch.linalg.matrix_norm(cols, ord=2))
     assert torch.allclose(r.value, torch.stack(dense), rtol=S.truth_tol(X.dtype))
+    n, d = Xs.shape[-2:]
+    for b in range(Xs.shape[0]):
+        Xb = Xs[b:b + 1].expand(n * d, n, d)
+        mvb, _ = layer_operator(Xb, w_small := _layer()[1])
+        E = torch.eye(n * d, dtype=Xs.dtype).reshape(n * d, n, d)
+        dense_b = torch.linalg.matrix_norm((mvb(E) + E).reshape(n * d, n * d), ord=2)
+        assert float(small.value[b]) == pytest.approx(float(dense_b), rel=1e-12), w_small.d
     with pytest.raises(ValueError, match="residual=True"):
         from harness.kernels.layer import truth
 

@@ -250,8 +250,9 @@ class Outputs:
         if fail_prob is not None:
             k = self.first.to(torch.float64)
             kw = kw_epsilon(N, k, fail_prob).to(dt)  # in float64, then rounded once
-            # an invariant Krylov subspace stays the same for every larger k, so the KW bound holds with k -> inf
-            kw = torch.where(self.broke & (self.first < m), 0.0, kw)
+            # a first cycle that spans the space has the spectrum exactly; one that broke down on an invariant
+            # subspace earlier has that subspace's top exactly, and is settled over the complement (settle_early)
+            kw = torch.where((self.first >= N) | (self.broke & (self.first < m)), 0.0, kw)
             slack = 1 + RITZ_ROUNDING * torch.finfo(dt).eps * k.to(dt)  # rounding of the computed Ritz value
             upper = torch.where(kw < 1, (theta * slack / (1 - kw)).sqrt() * scale, float("inf"))
             upper = torch.where(finite, upper, float("nan"))

@@ -248,8 +248,9 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     ||J_{f_l}(X)|| of every head's map f_l(X) = P_l (X wv_l + bv_l) wo_l (values (..., h), on reduced_heads).
 
     tol=None: harness.settings.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
-    layers, else Lanczos from the seeded Gaussian); certify=dict(steps=..., fail_prob=...): certified_norm, whose
-    `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I|| (layer only, with
+    layers, else Lanczos from the hashed Gaussian); certify=dict(steps=..., fail_prob=...): on small layers (n d <=
+    DENSE_MAX) the explicit Jacobian's SVD, `upper` its value padded by SVD_ROUNDING n d eps (fail_prob 0), else
+    certified_norm, whose `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I|| (layer only, with
     certify). Non-convergence is not raised: read `.converged`."""
     if residual and (heads or certify is None):
         raise ValueError("truth(residual=True) is the certified layer constant: pass certify=dict(...), heads=False")
@@ -261,5 +262,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     if residual:  # J_F + I and its adjoint J_F^T + I
         mv, rmv = matvec, rmatvec
         matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
+    if X.shape[-2] * X.shape[-1] <= DENSE_MAX:  # exact: the SVD of the explicit Jacobian, padded for its rounding
+        return _dense(matvec, X)  # (no Kuczynski-Wozniakowski inflation where the Krylov space would be exhausted)
     return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify,
                           x0=truth_start(X, w, seed, causal, residual))
