@@ -136,3 +136,17 @@ def test_starts_depend_on_model_and_input_only():
     X2[0, 0, 0] += 1e-12
     b = layer.truth_start(X2, w, 0, False)
     assert not torch.equal(a[0], b[0]) and torch.equal(a[1:], b[1:])
+
+
+def test_adversarial_families_bounded_fuzz():
+    """benchmarks.fuzz_adversarial at a bounded size (two layers of each family, float64 and float32, seven
+    certificates at six eps from 1e-8 to 100): no certificate below the true change over the ball, and the
+    certificates are tight where the issue measured them loose (near-one-hot rows, exhausted small layers)."""
+    from benchmarks.fuzz_adversarial import FAMILIES, run
+
+    res = run(2 * len(FAMILIES), seed=3)
+    assert sum(res["checks"].values()) >= 1000
+    assert not any(res["violations"].values()), res["violations"]
+    r = res["best_over_attack"]
+    assert r["one_hot@1e-08"]["max"] <= 1.1 and r["one_hot@0.001"]["max"] <= 10, r
+    assert r["exhausted@1e-08"]["max"] <= 1.01 and r["public_start@0.001"]["max"] <= 1.0 + 1e-6, r

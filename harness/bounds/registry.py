@@ -373,10 +373,8 @@ def is_sound(kind: str, value: float, reference: float, guaranteed: bool = True)
 def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Optional[Iterable[str]] = None,
              scopes: Iterable[str] = SCOPES, tol: Optional[float] = None, iters: int = 2000,
              state: Optional[InputState] = None, cast: bool = False) -> Evaluation:
-    """Every registered bound (or those in `names`; the truth always included) at (X, w), sharing one
-    InputState. Bounds that do not support a causal mask are skipped when causal=True; ball-change bounds (they
-    need an eps) are evaluated by `ball_changes`. Weights of a wider dtype than X are an error unless cast=True
-    (InputState)."""
+    """Every registered bound (or those in `names`; the truth always included) at (X, w), sharing one InputState
+    (cast: InputState's). Bounds without causal support are skipped when causal=True; ball changes: `ball_changes`."""
     s = state or InputState(X, w, causal, tol, iters, cast=cast)
     names = None if names is None else list(dict.fromkeys(["truth", *names]))
     ev = Evaluation(s)
@@ -394,13 +392,9 @@ def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Option
 
 
 def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] = None) -> Dict[str, Tensor]:
-    """name -> delta(X, eps) (...,) of every registered ball-change bound (or those in `names`) at `state`. A name
-    that is not a ball-change certificate is a ValueError naming the ones there are."""
-    if names is not None:
-        names = list(names)
-        known = ball_change_names()
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, unknown))}; the registered ones "
-                             f"are {', '.join(known)}")
+    """name -> delta(X, eps) (...,) of every ball-change bound (or those in `names`: unknown ones raise) at `state`."""
+    bad = [n for n in (names or ()) if n not in ball_change_names()]
+    if bad:
+        raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; the registered ones are "
+                         f"{', '.join(ball_change_names())}")
     return {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}
