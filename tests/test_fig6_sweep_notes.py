@@ -79,9 +79,9 @@ def test_vs_n_figure_is_an_extension_and_names_every_coinciding_pair(finished, t
     (_, ref0, title0, note0), (_, ref1, _, note1) = finished
     assert "framed panel 'ViT (JaSMin k=10 lam=1e-2 mean), per head'" in title0 and "Table 1" not in note0
     assert ref1.startswith("Extends JaSMin") and "no n axis" in ref1
-    # MiniLM: LoFAST sharpened / refined 1.5-3.8 % apart, JaSMin exact / g_1 ~6 % apart; GPT-2: identical pairs
+    # MiniLM: LoFAST sharpened / refined up to 4.3 % apart, JaSMin exact / g_1 ~6 % apart; GPT-2: identical pairs
     assert "MiniLM-L6: JaSMin Thm 3 (exact) = JaSMin Thm 3 (g_1)" in note1
-    assert "LoFAST eps->0 (sharpened, c=1/2) = LoFAST eps->0 (refined softmax c) (at most 3.8 % apart)" in note1
+    assert "LoFAST eps->0 (sharpened, c=1/2) = LoFAST eps->0 (refined softmax c) (at most 4.3 % apart)" in note1
     assert "GPT-2 (random weights) at n = 64: Castin" in note1
 
 
