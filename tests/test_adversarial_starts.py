@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 
+from benchmarks.fuzz_adversarial import _spectrum, _uniform, _vo_against
 from harness.bounds import registry
 from harness.bounds.input_state import InputState
 from harness.kernels import layer
@@ -25,19 +26,11 @@ D64 = torch.float64
 
 def _orthogonal_to(m: torch.Tensor, s1: float, d: int, g: torch.Generator) -> torch.Tensor:
     """VO (d, d) = U diag(s1, 1, 1, 0.99, ...) V^T with U's first column orthogonal to the row vector m (d,)."""
-    A = torch.randn(d, d, dtype=D64, generator=g)
-    A[:, 0] = m
-    Q, _ = torch.linalg.qr(A)  # Q[:, 0] is along m, the other columns orthogonal to it
-    U = torch.cat([Q[:, 1:2], Q[:, :1], Q[:, 2:]], 1)  # u1 orthogonal to m; m inside U's other columns
-    V, _ = torch.linalg.qr(torch.randn(d, d, dtype=D64, generator=g))
-    s = torch.tensor([s1, 1.0, 1.0] + [0.99 - 0.01 * i for i in range(d - 3)], dtype=D64)
-    return U @ torch.diag(s) @ V.T
+    return _vo_against(m, _spectrum(d, s1), g)
 
 
 def _layer(VO: torch.Tensor, g: torch.Generator) -> AttentionWeights:
-    d = VO.shape[0]
-    return AttentionWeights(torch.zeros(1, d, d, dtype=D64), torch.randn(1, d, d, dtype=D64, generator=g),
-                            VO[None].clone(), torch.eye(d, dtype=D64)[None])
+    return _uniform(VO, g)
 
 
 def _public_start_mean(n: int, d: int) -> torch.Tensor:
