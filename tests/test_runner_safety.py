@@ -226,3 +226,17 @@ def test_no_progress_silences_library_bars(tmp_path, extra):
     assert p.returncode == 0, p.stderr
     assert "Loading weights" not in p.stderr and "Map" not in p.stderr and "it/s" not in p.stderr
     assert "1 computed" in p.stdout
+
+
+def test_pool_lines_show_each_experiments_cell_time(fake, tmp_path, capsys, monkeypatch):
+    """In a pool run the experiments share one batch, so each line's bracket is the compute time of its own cells
+    ("[cells 0.1s]"), not the time since the run started, which would read the same on every line."""
+    from harness.run import runner as R
+
+    said = []
+    monkeypatch.setattr(R, "_execute_all", lambda todo, cfg, desc, statuses: statuses.update(
+        {s.key: R.status_of(s, "ok") for s in todo}) or None)
+    rc = cli.main(["_fake_squares", "--results-dir", str(tmp_path / "r"), "--executor", "process", "-j", "2",
+                   "--no-progress"], out=lambda *a: said.append(" ".join(map(str, a))))
+    line = next(x for x in said if x.startswith("_fake_squares: "))
+    assert "[cells " in line, (rc, said)

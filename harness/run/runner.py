@@ -38,7 +38,8 @@ class ExpResult:
     elsewhere: int = 0  # computed by another runner on the same cache while this one waited
     uncached: int = 0  # computed but the cache could not be written (read-only / full)
     cache_error: str = ""  # why, once ("cache disk full: N MB free at PATH")
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # serial: the experiment's own time; in a pool, the compute time of its cells (cell_time)
+    cell_time: bool = False  # wall_s sums the cells' compute times (pool runs: the experiments share one batch)
     errors: List[CellStatus] = field(default_factory=list)
     figure_error: Optional[str] = None
     output: Optional[OutputReport] = None
@@ -57,7 +58,7 @@ class ExpResult:
         extra += ", FIGURES FAILED" if self.figure_error else ""
         extra += ", outputs there KEPT (incomplete result not written)" if self.kept else ""
         line = (f"{self.name}: {self.n_cells} cells: {self.computed} computed, {self.cached} cached, "
-                f"{self.failed} failed{extra} [{self.wall_s:.1f}s]")
+                f"{self.failed} failed{extra} [{'cells ' if self.cell_time else ''}{self.wall_s:.1f}s]")
         if self.reproduced:
             line += f"\n   {self.reproduced}"
         elif self.replaced:
@@ -142,6 +143,9 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
     r.reproduced, r.replaced = out.reproduced, out.replaced
     r.command = compute_command([n], cfg)
     r.wall_s = time.perf_counter() - started
+    if cfg.executor != "serial":  # the batch is shared: time since the run started would be the same on every line
+        r.cell_time = True
+        r.wall_s = sum(getattr(statuses.get(t.key), "wall_s", None) or 0.0 for t in p.tasks)
     echo(r.line())
     for t in p.tasks:
         mb = getattr(statuses.get(t.key), "peak_rss_mb", None) or 0
