@@ -156,12 +156,17 @@ def free_cores_choice(cores: Optional[int] = None) -> ThreadChoice:
                         f"1-minute load average {load:.2f} on {cores} cores")
 
 
+def torch_already_loaded() -> bool:
+    """Whether torch is imported in this process already (then its CPU code path is chosen, pinned or not)."""
+    import sys
+
+    return "torch" in sys.modules
+
+
 def prefer_passive_wait() -> bool:
     """OMP_WAIT_POLICY=PASSIVE unless the user set a policy; only before torch is imported (libgomp reads it once,
     when torch loads it). Child processes (pool workers, Slurm jobs) inherit it. True when it is in effect."""
-    import sys
-
-    if "OMP_WAIT_POLICY" not in os.environ and "torch" not in sys.modules:
+    if "OMP_WAIT_POLICY" not in os.environ and not torch_already_loaded():
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
 
@@ -195,19 +200,10 @@ def portable_numerics() -> Dict[str, str]:
     limited to AVX2 instructions (MKL_ENABLE_INSTRUCTIONS), not put in its reproducibility mode (MKL_CBWR, whose
     other algorithms changed results of LipViT training). NumPy's BLAS (ARPACK, LAPACK eigensolvers) is not
     pinned. Returns the variables in effect (manifests record them)."""
-    import sys
-
-    if "torch" not in sys.modules and os.environ.get(NATIVE_ISA_ENV, "") in ("", "0") and _has_avx2():
+    if not torch_already_loaded() and os.environ.get(NATIVE_ISA_ENV, "") in ("", "0") and _has_avx2():
         for k, v in PORTABLE_ISA.items():
             os.environ.setdefault(k, v)
     return {k: os.environ[k] for k in PORTABLE_ISA if k in os.environ}
-
-
-def torch_already_loaded() -> bool:
-    """Whether torch is imported in this process already (then its CPU code path is chosen, pinned or not)."""
-    import sys
-
-    return "torch" in sys.modules
 
 
 COMMITTED_CAPABILITY = "AVX2"  # torch's CPU code path of the committed results on x86-64 (portable_numerics)

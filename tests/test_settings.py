@@ -112,6 +112,19 @@ def _layer(seed=0, n=6, d=8, h=2):
     return torch.randn(2, n, d, dtype=torch.float64, generator=g), w
 
 
+def _dense_residual_norms(X, w):
+    """||J_F(X_b) + I|| of every input, from the explicit Jacobian (one product per basis vector)."""
+    from harness.kernels.layer import layer_operator
+
+    n, d = X.shape[-2:]
+    E = torch.eye(n * d, dtype=X.dtype).reshape(n * d, n, d)
+    out = []
+    for b in range(X.shape[0]):
+        mvb, _ = layer_operator(X[b:b + 1].expand(n * d, n, d), w)
+        out.append(torch.linalg.matrix_norm((mvb(E) + E).reshape(n * d, n * d), ord=2))  # row k: (J + I) e_k
+    return torch.stack(out)
+
+
 def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     """second_order.certified_truth is kernels.layer.truth(residual=True): the same numbers as Lanczos on
     J_F + I built by hand (a layer above DENSE_MAX), and the dense ||J_F + I|| to the truth's tolerance; below
@@ -120,11 +133,13 @@ def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     from harness.kernels.krylov import kw_steps
     from harness.kernels.layer import certified_norm, layer_operator, truth_start
 
-    X, w = _layer()
-    small = certified_truth(X, w, residual=True)
+    Xs, ws = _layer()
+    small = certified_truth(Xs, ws, residual=True)
     assert small.fail_prob == 0.0 and bool((small.upper >= small.value).all())
     assert bool((small.upper <= small.value * (1 + 1e-10)).all())
-    Xs = X
+    dense_small = _dense_residual_norms(Xs, ws)
+    for b in range(Xs.shape[0]):
+        assert float(small.value[b]) == pytest.approx(float(dense_small[b]), rel=1e-12)
     X, w = _layer(n=25, d=16)  # n d = 400 > DENSE_MAX: Lanczos with its KW estimate
     r = certified_truth(X, w, residual=True)
     mv, rmv = layer_operator(X, w)
@@ -132,22 +147,7 @@ def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     ref = certified_norm(lambda E: mv(E) + E, lambda G: rmv(G) + G, X, steps=steps, fail_prob=S.FAIL_PROB,
                          x0=truth_start(X, w, 0, False, residual=True))  # the start truth hashes from X and w
     assert torch.equal(r.value, ref.value) and torch.equal(r.upper, ref.upper)
-    n, d = X.shape[-2:]
-    dense = []
-    for b in range(X.shape[0]):
-        Xb = X[b:b + 1].expand(n * d, n, d)
-        mvb, _ = layer_operator(Xb, w)
-        E = torch.eye(n * d, dtype=X.dtype).reshape(n * d, n, d)
-        cols = (mvb(E) + E).reshape(n * d, n * d)  # row k: (J + I) e_k
-        dense.append(torch.linalg.matrix_norm(cols, ord=2))
-    assert torch.allclose(r.value, torch.stack(dense), rtol=S.truth_tol(X.dtype))
-    n, d = Xs.shape[-2:]
-    for b in range(Xs.shape[0]):
-        Xb = Xs[b:b + 1].expand(n * d, n, d)
-        mvb, _ = layer_operator(Xb, w_small := _layer()[1])
-        E = torch.eye(n * d, dtype=Xs.dtype).reshape(n * d, n, d)
-        dense_b = torch.linalg.matrix_norm((mvb(E) + E).reshape(n * d, n * d), ord=2)
-        assert float(small.value[b]) == pytest.approx(float(dense_b), rel=1e-12), w_small.d
+    assert torch.allclose(r.value, _dense_residual_norms(X, w), rtol=S.truth_tol(X.dtype))
     with pytest.raises(ValueError, match="residual=True"):
         from harness.kernels.layer import truth
 

@@ -13,7 +13,7 @@ from harness.bounds import jasmin, lofast, lofast_refined
 from harness.kernels.attention import AttentionWeights, check_input, probs
 from harness.kernels.layer import truth
 from harness.kernels.linalg import spec
-from harness.settings import CERT_ROUNDING, CERTIFY_EPS, FAIL_PROB
+from harness.settings import CERT_ROUNDING, CERTIFY_EPS, FAIL_PROB, dtype_name
 
 Tensor = torch.Tensor
 
@@ -40,11 +40,10 @@ class InputState:
         self.cast: Optional[str] = None  # "float64 -> float32" when cast=True rounded the weights to X's dtype
         if w.dtype != X.dtype and torch.finfo(w.dtype).bits > torch.finfo(X.dtype).bits:
             if not cast:
-                raise ValueError(f"the weights are {str(w.dtype).replace('torch.', '')} and X is "
-                                 f"{str(X.dtype).replace('torch.', '')}: the bounds would round the weights "
-                                 f"silently. Pass X in the weights' dtype, or cast=True to round the weights to X's "
-                                 f"dtype (recorded in InputState.cast)")
-            self.cast = f"{str(w.dtype).replace('torch.', '')} -> {str(X.dtype).replace('torch.', '')}"
+                raise ValueError(f"the weights are {dtype_name(w.dtype)} and X is {dtype_name(X.dtype)}: the bounds "
+                                 f"would round the weights silently. Pass X in the weights' dtype, or cast=True to "
+                                 f"round the weights to X's dtype (recorded in InputState.cast)")
+            self.cast = f"{dtype_name(w.dtype)} -> {dtype_name(X.dtype)}"
         if w.dtype != X.dtype or w.device != X.device:  # a lossless widening (or a device move) otherwise
             w = w.to(dtype=X.dtype, device=X.device)
         self.X, self.w, self.causal = X.detach(), w, bool(causal)

@@ -20,7 +20,7 @@ min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipsc
 
     row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
     softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
-    second_constant(t, eps) -> (..., h)            the second-derivative constant (harness.bounds.second_order)
+    row_constants(t, eps) -> two (..., h, n)       per row: that constant and the second-derivative one (second_order)
     constant_at_zero(P) -> (..., h)                c_l(0) from the attention probabilities alone
     delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
 """
@@ -93,10 +93,7 @@ def softmax_constant(t: RowTerms, eps: Eps, onehot: bool = True) -> Tensor:
     """c_l(eps) >= ||J_sm(p_i)|| for every row i of head l anywhere in the eps-ball: (..., h) for eps scalar or
     (...,). max_i min(c_i, 2 q_i) (row_bounds): ||J_sm(p)|| <= max_k p_k and <= 2 (1 - p_k) for every k, so a row
     that stays near one-hot over the ball contributes ~0. onehot=False: max_i c_i alone."""
-    c_row, q_row = row_bounds(t, eps)
-    if onehot:
-        c_row = torch.minimum(c_row, 2.0 * q_row)
-    return c_row.amax(-1)  # (..., h)
+    return (row_constants(t, eps)[0] if onehot else row_bounds(t, eps)[0]).amax(-1)  # (..., h)
 
 
 def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
@@ -107,13 +104,13 @@ def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
     return math.sqrt(8.0 * c / 27.0 + c * c)
 
 
-def second_constant(t: RowTerms, eps: Eps) -> Tensor:
-    """k_l(eps) >= ||T(p_i)[u, u]|| / ||u||^2 for every row of head l anywhere in the eps-ball: (..., h).
-    max_i min(kappa(c_i), 4 q_i): T(p)[u, u]_j = p_j ((u_j - <p, u>)^2 - Var_p(u)), whose 1-norm is at most
-    2 Var_p(u) <= 4 (1 - p_k) ||u||^2 for every k."""
+def row_constants(t: RowTerms, eps: Eps):
+    """Per row over the eps-ball, (..., h, n) each, from one row_bounds: min(c_i, 2 q_i) >= ||J_sm(p_i)||
+    (softmax_constant's rows) and k_i = min(kappa of it, 4 q_i) >= ||T(p_i)[u, u]|| / ||u||^2: T(p)[u, u]_j =
+    p_j ((u_j - <p, u>)^2 - Var_p(u)), whose 1-norm is at most 2 Var_p(u) <= 4 (1 - p_k) ||u||^2 for every k."""
     c_row, q_row = row_bounds(t, eps)
-    c_row = torch.minimum(c_row, 2.0 * q_row)  # bounds ||J_sm|| over the ball (softmax_constant)
-    return torch.minimum(kappa(c_row), 4.0 * q_row).amax(-1)
+    c_row = torch.minimum(c_row, 2.0 * q_row)
+    return c_row, torch.minimum(kappa(c_row), 4.0 * q_row)
 
 
 def constant_at_zero(P: Tensor) -> Tensor:

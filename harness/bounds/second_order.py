@@ -15,7 +15,7 @@ second derivative, so K is the same with or without them). Per head, with s = (Z
     ||d^2S_l||_F = 2 ||E wq_l wk_l^T E^T||_F / sqrt(dh) <= 2 ||wq_l wk_l^T|| / sqrt(dh)
     ||J_sm(p_i(Z))|| <= c_l(eps)  (the per-ball constant of harness.bounds.lofast_refined, <= 1/2)
     ||T(p)[u, u]|| <= kappa(c) ||u||^2,  kappa(c) = sqrt(8 c / 27 + c^2)   (<= 0.631 at c = 1/2)
-    ||T(p)[u, u]|| <= 4 (1 - p_k) ||u||^2 for every k   (near one-hot rows: lofast_refined.second_constant)
+    ||T(p)[u, u]|| <= 4 (1 - p_k) ||u||^2 for every k   (near one-hot rows: lofast_refined.row_constants)
     ||(Z wv_l + bv_l) wo_l|| <= ||(X wv_l + bv_l) wo_l|| + eps ||wv_l wo_l||
 
 so K_l(eps) = (2 c_l b_l / sqrt(dh) + k_l sigma_l^2) (xvo_l + eps vo_l) + 2 c_l sigma_l vo_l, k_l the row maximum
@@ -73,8 +73,9 @@ def curvature_terms(X: Tensor, w: AttentionWeights, m: Tensor, causal: bool = Fa
 def curvature(t: CurvatureTerms, eps: Eps) -> Tensor:
     """K(eps) >= sup_{||Z - X||_F <= eps, ||E||_F = 1} ||D^2 F(Z)[E, E]||_F: (...,) for eps a number or (...,)."""
     e = torch.as_tensor(eps, dtype=t.m.dtype, device=t.m.device)
-    c = lofast_refined.softmax_constant(t.rows, e)  # (..., h), <= 1/2; ~0 for rows that stay one-hot
-    k2 = lofast_refined.second_constant(t.rows, e)  # (..., h), <= kappa(c)
+    c_row, k_row = lofast_refined.row_constants(t.rows, e)  # the ball's row bounds, computed once
+    c = c_row.amax(-1)  # (..., h), softmax_constant: <= 1/2; ~0 for rows that stay one-hot
+    k2 = k_row.amax(-1)  # (..., h), <= kappa(c)
     eh = e.unsqueeze(-1) if e.dim() else e  # (..., 1) against (..., h)
     sqdh = math.sqrt(t.dh)
     sigma = (t.m + 2.0 * eh * t.b) / sqdh  # bound on ||dS_l||_F per unit ||E||_F anywhere in the ball

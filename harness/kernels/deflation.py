@@ -71,10 +71,10 @@ def _round(gram, x: Tensor, Q: Tensor, live: Tensor, kmax: int):
         V[:, j] = v
         k = torch.where(go, k + 1, k)
         w = _project(gram(v), Q)
-        for _ in range(2):  # against this round's basis
+        for sweep in range(2):  # against this round's basis; the first sweep's coefficients are H's new row
             c = torch.einsum("bkn,bn->bk", V[:, :j + 1], w)
             w = w - torch.einsum("bk,bkn->bn", c, V[:, :j + 1])
-            if _ == 0:
+            if sweep == 0:
                 H[:, j, :j + 1] = torch.where(go[:, None], c, H[:, j, :j + 1])
         H[:, :j + 1, j] = H[:, j, :j + 1].clone()
         hmax = torch.maximum(hmax, H[:, j, :j + 1].abs().amax(-1))
@@ -119,12 +119,12 @@ def settle(gram, x0: Tensor, value: Tensor, vector: Tensor, upper: Tensor, early
                 settled[b] = True
                 continue
             th, y = torch.linalg.eigh(H[b, :kb, :kb])
-            t, yv = th[-1], y[:, -1]
-            if t > top[b] or not bool(broke[b]):
-                cand = (yv @ V[b, :kb])
-                if math.sqrt(max(float(t), 0.0)) * float(scale[b]) > float(value[b]):
-                    value[b] = math.sqrt(max(float(t), 0.0)) * scale[b]
-                    vector[b] = cand / cand.norm().clamp_min(torch.finfo(dt).tiny)
+            t = th[-1]
+            sigma = math.sqrt(max(float(t), 0.0)) * float(scale[b])
+            if sigma > float(value[b]):  # a larger Ritz value than any seen: it and its vector become the row's
+                cand = y[:, -1] @ V[b, :kb]
+                value[b] = sigma
+                vector[b] = cand / cand.norm().clamp_min(torch.finfo(dt).tiny)
             if bool(broke[b]):  # an invariant subspace: its top is exact; deflate it
                 top[b] = torch.maximum(top[b], t)
             else:  # the complement's estimate (k = kb products of an unrestarted Lanczos from a uniform start)
@@ -132,8 +132,8 @@ def settle(gram, x0: Tensor, value: Tensor, vector: Tensor, upper: Tensor, early
                 pad = 1 + RITZ_ROUNDING * eps * (kb + Q.shape[1])
                 rest[b] = float(t) * pad / (1 - kw) if kw < 1 else math.inf
                 settled[b] = True
-        Q = torch.cat([Q, torch.where(broke[:, None, None], V[:, :int(k.max())], torch.zeros_like(V[:, :int(k.max())]))],
-                      1)
+        new = V[:, :int(k.max())]
+        Q = torch.cat([Q, torch.where(broke[:, None, None], new, torch.zeros_like(new))], 1)  # subspaces found
         full = (Q.norm(dim=-1) > 0.5).sum(-1) >= N  # the found subspaces span the whole space
         settled |= full
         rnd += 1

@@ -29,7 +29,7 @@ what keeps every finite operator finite (A^T A of ||A|| = 1e200 is 1e400 in floa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -141,8 +141,7 @@ def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10,
         out = _lanczos(op, x0.detach(), iters, tol, int(krylov), keep, check_every, min_steps, fail_prob, reorth)
         r = LanczosResult(*out)
         settle_early(op, x0.detach(), r, fail_prob, iters)
-    return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in (
-        r.value, r.converged, r.vector, r.steps, r.rel, r.upper, r.kw_eps, r.products, r.passes, r.early)))
+    return LanczosResult(*(t.clone() if isinstance(t, Tensor) else t for t in (getattr(r, f.name) for f in fields(r))))
 
 
 def settle_early(op, x0: Tensor, r: LanczosResult, fail_prob: Optional[float], iters: int) -> None:
@@ -151,7 +150,6 @@ def settle_early(op, x0: Tensor, r: LanczosResult, fail_prob: Optional[float], i
     fresh starts. Without one, nothing changes."""
     if fail_prob is None or r.early is None or not bool(r.early.any()):
         return
-
     scale = op.scale.detach().to(x0.dtype)
     r.value, r.vector, r.upper, r.products = settle(op.gram, unit_start(x0), r.value, r.vector, r.upper, r.early,
                                                     scale, fail_prob, kw_epsilon, r.products)

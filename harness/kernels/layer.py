@@ -250,8 +250,8 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     tol=None: harness.settings.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
     layers, else Lanczos from the hashed Gaussian); certify=dict(steps=..., fail_prob=...): on small layers (n d <=
     DENSE_MAX) the explicit Jacobian's SVD, `upper` its value padded by SVD_ROUNDING n d eps (fail_prob 0), else
-    certified_norm, whose `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I|| (layer only, with
-    certify). Non-convergence is not raised: read `.converged`."""
+    certified_norm, whose `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I||
+    (layer only, with certify). Non-convergence is not raised: read `.converged`."""
     if residual and (heads or certify is None):
         raise ValueError("truth(residual=True) is the certified layer constant: pass certify=dict(...), heads=False")
     if heads:

@@ -23,7 +23,7 @@ import torch
 
 Tensor = torch.Tensor
 
-DIGEST = 16  # bytes of BLAKE2b: the seed is its first 8 bytes (a 63-bit torch seed), the rest kept for the record
+DIGEST = 16  # bytes of BLAKE2b; a torch seed takes the first 8 (63 bits)
 
 
 def _feed(h, t: Optional[Tensor]) -> None:
@@ -33,8 +33,10 @@ def _feed(h, t: Optional[Tensor]) -> None:
         return
     t = t.detach()
     h.update(f"{t.dtype};{tuple(t.shape)};".encode())
-    if t.dtype in (torch.bfloat16,) or t.is_complex():
-        t = t.to(torch.float64) if not t.is_complex() else torch.view_as_real(t)
+    if t.is_complex():  # NumPy has no bfloat16, and complex values are hashed as their (real, imag) pairs
+        t = torch.view_as_real(t)
+    elif t.dtype == torch.bfloat16:
+        t = t.to(torch.float64)
     h.update(t.to("cpu").contiguous().numpy().tobytes())
 
 

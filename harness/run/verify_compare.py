@@ -107,6 +107,7 @@ def compare(exp, committed, now, labels: Sequence[str], out) -> None:
     mine = committed[committed["cell"].isin(labels)]
     theirs = now[now["cell"].isin(labels)] if "cell" in now.columns else now.iloc[0:0]
     texts: List[str] = []
+    numeric = set(_numeric_columns(committed))
     for c in committed.columns:
         if c in NOT_COMPARED:
             continue
@@ -118,12 +119,13 @@ def compare(exp, committed, now, labels: Sequence[str], out) -> None:
             if mine[c].notna().any():
                 out.problems.append(f"column {c}: in the committed rows, not written by the current code")
             continue
-        kinds = {_kind(mine, c), _kind(theirs, c)} - {"empty"}
+        was, now_kind = _kind(mine, c), _kind(theirs, c)
+        kinds = {was, now_kind} - {"empty"}
         if len(kinds) > 1:
-            out.problems.append(f"column {c}: committed as {_kind(mine, c)}s, recomputed as {_kind(theirs, c)}s")
+            out.problems.append(f"column {c}: committed as {was}s, recomputed as {now_kind}s")
         elif kinds == {"text"}:
             texts.append(c)
-        elif c in _numeric_columns(committed) or kinds == {"number"}:
+        elif c in numeric or kinds == {"number"}:
             diffs[c] = ColumnDiff(c, float(tol))
     for c in now.columns:
         if c not in committed.columns and c not in NOT_COMPARED and tolerance(exp, c) is not None \
