@@ -41,6 +41,7 @@ INFRASTRUCTURE: Tuple[str, ...] = (
     "harness.run", "harness.run.*",     # planner, executors, worker, outputs, verification, preflight
     "harness.store", "harness.store.*",  # keys, code hashes, cells, claims, artifacts, atomic writes
     "harness.analyze.cli", "harness.analyze.report",
+    "harness.certify.cli", "harness.certify.report",
     "harness.data.cli",
     "experiments.*.figures", "experiments.*.figures.*",  # presentation: figures read result tables only
     "experiments.figures", "experiments.figures.*",

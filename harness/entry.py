@@ -1,18 +1,20 @@
-"""The `attnlip` command: `attnlip analyze ...` (any model and input, every bound + the truth),
+"""The `attnlip` command: `attnlip analyze ...` (any model and input, every bound + the truth), `attnlip certify
+...` (certified robustness radii of a classifier's predictions),
 `attnlip run ...` (the experiment harness, same as `python run_all.py ...`) and `attnlip data ...` (datasets)."""
 from __future__ import annotations
 
 import sys
 from typing import List, Optional
 
-USAGE = """usage: attnlip {analyze,run,data} ...
+USAGE = """usage: attnlip {analyze,certify,run,data} ...
 
   attnlip analyze --model minilm --text "The cat sat on the mat."   every bound and the truth, per layer/head
+  attnlip certify --model ./sst2-bert --dataset sst2:dev      certified l2 radius of each prediction vs an attack
   attnlip run --quick                                              the experiments (= python run_all.py)
   attnlip data fetch                                               download the datasets the default run reads
   attnlip data list                                                each dataset, its sources, what resolves now
 
-`attnlip analyze --help`, `attnlip run --help` and `attnlip data --help` list the options."""
+`attnlip analyze --help`, `attnlip certify --help`, `attnlip run --help` and `attnlip data --help` list the options."""
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -28,13 +30,17 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
     config.portable_numerics()  # before torch picks its CPU code paths: results independent of AVX-512
-    note = network.offline_if_unreachable() if cmd in ("analyze", "run", "data") else None
+    note = network.offline_if_unreachable() if cmd in ("analyze", "certify", "run", "data") else None
     if note:  # before the hub libraries read their offline variables
         print(f"attnlip: {note}", file=sys.stderr)
     if cmd == "analyze":  # its threads and memory settings: harness.analyze.cli.threads
         from harness.analyze.cli import main as analyze_main
 
         return analyze_main(rest)
+    if cmd == "certify":
+        from harness.certify.cli import main as certify_main
+
+        return certify_main(rest)
     if cmd == "run":
         from harness.cli import main as run_main
 

@@ -17,7 +17,7 @@ LAYERS = [  # (prefix, level): a module may import only from its own level or be
     ("harness.plotting", 0),  # matplotlib helpers on tables: presentation code at any level may use them
     ("harness.kernels", 1), ("harness.bounds", 2), ("harness.data", 3), ("harness.models", 3),
     ("harness.catalog", 3.5),  # the declaration API experiments build on (Experiment, Context, @experiment)
-    ("harness.analyze", 4), ("experiments", 4), ("harness.manifest", 5), ("harness.report", 5),
+    ("harness.analyze", 4), ("harness.certify", 4), ("experiments", 4), ("harness.manifest", 5), ("harness.report", 5),
     ("harness.run", 6), ("harness.cli", 7), ("harness.entry", 8), ("harness", 0),
 ]
 ALLOWED = {("harness.catalog", "experiments"),  # discovery of experiments at start-up

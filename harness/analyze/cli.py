@@ -100,7 +100,7 @@ def _inputs(a, model_spec, device):
     return texts[:k] if k else texts
 
 
-def threads(requested: Optional[int]) -> int:
+def threads(requested: Optional[int], prog: str = "attnlip analyze") -> int:
     """The process settings of an analysis: freed memory kept for reuse (harness.process) and torch's thread count
     (harness.config.init_threads_choice: --threads, else the environment, else the cores a live CPU sample finds
     free). When an automatic count leaves cores unused, one note says why and how to use them all. Returns the
@@ -114,7 +114,7 @@ def threads(requested: Optional[int]) -> int:
     process.retain_freed_memory()
     choice = config.init_threads_choice(requested)
     if choice.source in ("cpu sample", "load average") and choice.count < cores:
-        print(f"attnlip analyze: note: {choice.count} of {cores} cores ({choice.detail}); --threads {cores} uses "
+        print(f"{prog}: note: {choice.count} of {cores} cores ({choice.detail}); --threads {cores} uses "
               f"all of them", file=sys.stderr)
     return choice.count
 

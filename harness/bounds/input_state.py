@@ -149,7 +149,8 @@ class InputState:
         """kernels.layer.truth at this state: the one truth of the registry, analyze and the Castin experiments."""
         c = dict(self.certify or {})
         seed = c.pop("seed", 0)
-        res = truth(self.X, self.w, self.causal, heads, self.tol, self.iters, seed, c or None)
+        res = truth(self.X, self.w, self.causal, heads, self.tol, self.iters, seed,
+                    None if self.certify is None else c)  # certify={}: certifying with the defaults
         return res.value, res.converged, res.upper
 
     @functools.cached_property

@@ -1,0 +1,94 @@
+"""The attention block of a whole-model certificate: the bound registry's ball-change certificates (biases and
+causal masks included) at the block's nominal input, in certifying mode (docs/math.md §1, §4, §6).
+
+`Attention` is the map F(X) (the model's self-attention with its output projection); with `residual=True` it is
+X + F(X) and two more certificates join: r + delta_F(r) for every registered one (the triangle inequality), and
+the second-order certificate of the residual map itself, U r + r^2 / 2 K(r) with U the certified upper estimate
+of ||I + J_F(X)|| (the identity has no curvature, so K is F's). The minimum over all of them is the block's
+change; its name is reported.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+
+from harness.bounds import registry, second_order
+from harness.bounds.input_state import InputState
+from harness.certify.block import Block, Rows
+from harness.kernels.attention import AttentionWeights, attention
+
+Tensor = torch.Tensor
+
+
+class AttentionState:
+    """InputState in certifying mode plus, with the residual, the certified ||I + J_F(X)||."""
+
+    def __init__(self, X: Tensor, w: AttentionWeights, causal: bool, residual: bool, fail_prob: float):
+        self.s = InputState(X, w, causal, certify=dict(fail_prob=fail_prob))
+        self.residual = residual
+        self._U: Optional[Tensor] = None
+        self.fail_prob = fail_prob
+
+    @property
+    def residual_U(self) -> Tensor:
+        if self._U is None:
+            t = second_order.certified_truth(self.s.X, self.s.w, residual=True, causal=self.s.causal,
+                                             fail_prob=self.fail_prob)
+            self._U = t.upper
+        return self._U
+
+
+class Attention(Block):
+    """Self-attention F(X) (or X + F(X) with residual) with weights w; `names`: the registry certificates tried
+    (default: every registered ball-change certificate, plug-ins included)."""
+
+    def __init__(self, w: AttentionWeights, causal: bool = False, residual: bool = False,
+                 names: Optional[Iterable[str]] = None, fail_prob: Optional[float] = None, name: str = "attention"):
+        from harness.settings import FAIL_PROB
+
+        self.w, self.causal, self.residual, self.name = w, bool(causal), bool(residual), name
+        self.names = list(names) if names is not None else [n for n in registry.ball_change_names() if n != "best"]
+        bad = [n for n in self.names if n not in registry.ball_change_names()]
+        if bad:
+            raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; the registered ones are "
+                             f"{', '.join(registry.ball_change_names())}")
+        self.fail_prob = FAIL_PROB if fail_prob is None else float(fail_prob)
+
+    @property
+    def estimates(self) -> int:
+        """How many certified Lanczos estimates one input's certificate rests on (zeta, each head's ||M_l||, the
+        layer's ||J||, and ||I + J|| with the residual): the union bound's count."""
+        return 2 + self.w.h + int(self.residual)
+
+    def forward(self, X: Tensor) -> Tensor:
+        Y = attention(X, self.w.to(dtype=X.dtype, device=X.device), causal=self.causal)
+        return X + Y if self.residual else Y
+
+    def prepare(self, X: Tensor) -> AttentionState:
+        return AttentionState(X, self.w, self.causal, self.residual, self.fail_prob)
+
+    def change(self, prep: AttentionState, r: float, rows: Rows):
+        vals = {k: float(v) for k, v in registry.ball_changes(prep.s, r, self.names).items()}
+        if self.residual:
+            vals = {f"{k} + identity": v + r for k, v in vals.items()}
+            curv = second_order.curvature_terms(prep.s.X, prep.s.w, prep.s.m_cert, prep.s.causal,
+                                                xvo=prep.s.value_norm, rows=prep.s.row_terms)
+            e = torch.as_tensor(r, dtype=prep.s.X.dtype)
+            vals["second_order (residual)"] = float(second_order.delta(prep.residual_U, curv, e)
+                                                    * prep.s.rounding_allowance)
+        how = min(vals, key=vals.get)
+        return vals[how], None, how
+
+    def smooth(self, prep: AttentionState, r: float, rows: Rows):
+        """K = second_order.curvature over the ball; L = the certified ||J_F(X)|| (or ||I + J_F(X)||) + r K."""
+        s = prep.s
+        curv = second_order.curvature_terms(s.X, s.w, s.m_cert, s.causal, xvo=s.value_norm, rows=s.row_terms)
+        e = torch.as_tensor(r, dtype=s.X.dtype)
+        K = float(second_order.curvature(curv, e)) * s.rounding_allowance
+        s.truth_layer  # noqa: B018 - fills s.upper["layer"]
+        U = float(s.upper["layer"]) * s.rounding_allowance
+        L = U + r * K
+        if self.residual:
+            L = min(1.0 + L, float(prep.residual_U) * s.rounding_allowance + r * K)
+        return L, K

@@ -1,0 +1,66 @@
+"""LayerNorm's certified change over an l2 ball (docs/math.md §6).
+
+Per row, y = gamma * P x / sigma(x) + beta with P = I - 1 1^T / d and sigma(x) = sqrt(||P x||^2 / d + eps_ln).
+The Jacobian of x -> P x / sigma(x) is (P - u u^T / d) / sigma with u = P x / sigma, whose eigenvalues are
+1 / sigma on the complement of u in range(P) and (1 - ||u||^2 / d) / sigma in [0, 1 / sigma] along u: its norm is
+exactly 1 / sigma(x). Along a segment from x to x' with ||x' - x|| <= r, ||P x'|| >= ||P x|| - r, so
+
+    ||y(x') - y(x)|| <= max|gamma| r / sigma_min(r),   sigma_min(r) = sqrt(max(0, ||P x|| - r)^2 / d + eps_ln).
+
+Over the matrix, rows move by r_i with sum r_i^2 <= r^2 and each row's factor grows with r_i, so the change is at
+most max_i L_i(r) r with L_i(r) = max|gamma| / sigma_min_i(r) over the rows that may move. An optional constant
+`shift` (max_n, d) is added before normalizing (BERT's position and type embeddings, its first n rows); it does not change the bound.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from harness.certify.block import Block, Rows
+
+Tensor = torch.Tensor
+
+
+class LayerNorm(Block):
+    rowwise = True
+
+    def __init__(self, gamma: Tensor, beta: Tensor, eps: float, shift: Optional[Tensor] = None,
+                 name: str = "layernorm"):
+        if gamma.dim() != 1 or beta.shape != gamma.shape or float(eps) < 0:
+            raise ValueError("LayerNorm needs gamma, beta of shape (d,) and eps >= 0")
+        self.gamma, self.beta, self.eps, self.shift, self.name = gamma, beta, float(eps), shift, name
+        self.gmax = float(gamma.abs().max())
+
+    def _input(self, X: Tensor) -> Tensor:
+        if self.shift is None:
+            return X
+        if X.shape[-2] > self.shift.shape[0]:
+            raise ValueError(f"{self.name}: {X.shape[-2]} tokens, but the model has {self.shift.shape[0]} positions")
+        return X + self.shift[: X.shape[-2]]
+
+    def forward(self, X: Tensor) -> Tensor:
+        Z = self._input(X)
+        return torch.nn.functional.layer_norm(Z, Z.shape[-1:], self.gamma, self.beta, self.eps)
+
+    def prepare(self, X: Tensor) -> Tensor:
+        """||P x_i|| per row: (n,)."""
+        Z = self._input(X)
+        return torch.linalg.vector_norm(Z - Z.mean(-1, keepdim=True), dim=-1)
+
+    def change(self, prep: Tensor, r: float, rows: Rows):
+        c = prep if rows is None else prep[list(rows)]
+        d = self.gamma.shape[0]
+        sigma = torch.sqrt((c - r).clamp_min(0.0).square() / d + self.eps)  # (rows,)
+        if bool((sigma == 0).any()):
+            return float("inf"), rows, "layernorm 1/sigma"
+        return float(self.gmax * r / sigma.min()), rows, "layernorm 1/sigma"
+
+    def smooth(self, prep: Tensor, r: float, rows: Rows):
+        """L = max|gamma| / sigma_min, K = 6 max|gamma| / (sqrt(d) sigma_min^2) (docs/math.md §6)."""
+        c = prep if rows is None else prep[list(rows)]
+        d = self.gamma.shape[0]
+        smin = float(torch.sqrt((c - r).clamp_min(0.0).square() / d + self.eps).min())
+        if smin == 0.0:
+            return None
+        return self.gmax / smin, 6.0 * self.gmax / (d ** 0.5 * smin * smin)
