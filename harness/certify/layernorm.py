@@ -7,9 +7,15 @@ exactly 1 / sigma(x). Along a segment from x to x' with ||x' - x|| <= r, ||P x'|
 
     ||y(x') - y(x)|| <= max|gamma| r / sigma_min(r),   sigma_min(r) = sqrt(max(0, ||P x|| - r)^2 / d + eps_ln).
 
-Over the matrix, rows move by r_i with sum r_i^2 <= r^2 and each row's factor grows with r_i, so the change is at
-most max_i L_i(r) r with L_i(r) = max|gamma| / sigma_min_i(r) over the rows that may move. An optional constant
-`shift` (max_n, d) is added before normalizing (BERT's position and type embeddings, its first n rows); it does not change the bound.
+Over the matrix, rows move by r_i with sum r_i^2 <= r^2 and each row's factor grows with r_i, so the change is
+at most max_i L_i(r) r with L_i(r) = max|gamma| / sigma_min_i(r) over the rows that may move. An optional constant
+`shift` (max_n, d) is added before normalizing (BERT's position and type embeddings, its first n rows); it does not
+change the bound.
+
+For the network route, the second derivative of x -> P x / sigma(x) along a unit e is
+-2 a (c.a) / (d sigma^3) - c |a|^2 / (d sigma^3) + 3 c (c.a)^2 / (d^2 sigma^5) with c = P x, a = P e; as
+|c| <= sqrt(d) sigma and |a| <= 1 its norm is at most 6 / (sqrt(d) sigma^2), so K = 6 max|gamma| / (sqrt(d)
+sigma_min^2) over the ball (rows are independent: the largest row's K bounds the matrix).
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def _gelu_d(u: Tensor) -> Tensor:  # d/du u Phi(u)
 # name -> (act, act', (min act', max act'), sup |act''| or None where act' jumps)
 ACTIVATIONS = {
     "gelu": (torch.nn.functional.gelu, _gelu_d,
-             (_CDF_SQRT2 - 1.0 - SQRT2 * _PHI_SQRT2, _CDF_SQRT2 + SQRT2 * _PHI_SQRT2), 2.0 / math.sqrt(2.0 * math.pi)),
+             (1.0 - _CDF_SQRT2 - SQRT2 * _PHI_SQRT2, _CDF_SQRT2 + SQRT2 * _PHI_SQRT2), 2.0 / math.sqrt(2.0 * math.pi)),
     "relu": (torch.relu, lambda u: (u > 0).to(u.dtype), (0.0, 1.0), None),
     "tanh": (torch.tanh, lambda u: 1.0 - torch.tanh(u).square(), (0.0, 1.0), 4.0 / (3.0 * math.sqrt(3.0))),
 }

@@ -1,0 +1,167 @@
+"""`attnlip certify` on whole classifiers: the programs compute the models' own logits, no certified radius exceeds
+an attack's, the network route's margin bound holds against an attack, and the command line writes its table,
+summary and figure or says clearly what is wrong."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from harness.certify import core, network
+from harness.certify.cli import main as certify_main
+from harness.certify.programs import patches, program_for
+from harness.kernels.pgd import pgd_maximize
+
+transformers = pytest.importorskip("transformers")
+D = torch.float64
+WORDS = "[PAD] [UNK] [CLS] [SEP] [MASK] a the film movie good bad great awful fun boring is was not very , . !".split()
+
+
+def _bert(act="gelu", layers=2, seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=layers,
+                                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
+                                  num_labels=2, hidden_act=act, attn_implementation="eager")
+    m = transformers.BertForSequenceClassification(cfg).eval()
+    with torch.no_grad():  # trained-model-like embedding scale, so one word can change the prediction
+        m.bert.embeddings.word_embeddings.weight.mul_(20.0)
+        m.classifier.weight.mul_(20.0)
+    return m
+
+
+def _distilbert():
+    torch.manual_seed(1)
+    cfg = transformers.DistilBertConfig(vocab_size=len(WORDS), dim=16, n_layers=2, n_heads=2, hidden_dim=32,
+                                        max_position_embeddings=32, attn_implementation="eager")
+    return transformers.DistilBertForSequenceClassification(cfg).eval()
+
+
+def _vit():
+    torch.manual_seed(2)
+    cfg = transformers.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                                 image_size=8, patch_size=4, num_labels=3, attn_implementation="eager")
+    return transformers.ViTForImageClassification(cfg).eval()
+
+
+IDS = [2, 6, 7, 16, 9, 3]  # [CLS] the film was good [SEP]
+
+
+@pytest.mark.parametrize("make", [_bert, lambda: _bert("relu"), _distilbert])
+def test_text_program_computes_the_models_logits(make):
+    m = make().to(D)
+    p = program_for(m)
+    X = m.get_input_embeddings().weight[IDS].detach()
+    ref = m(input_ids=torch.tensor([IDS])).logits[0]
+    assert torch.allclose(p.forward(X), ref, atol=1e-12, rtol=0)
+
+
+def test_vit_program_computes_the_models_logits():
+    m = _vit().to(D)
+    img = torch.randn(3, 8, 8, dtype=D, generator=torch.Generator().manual_seed(0))
+    ref = m(pixel_values=img[None]).logits[0]  # Hugging Face's softmax runs in float32: 1e-8 apart
+    assert torch.allclose(program_for(m).forward(patches(img, 4)), ref, atol=1e-6, rtol=0)
+
+
+def _min_margin(p, X, y, r, rows):
+    idx = list(rows) if rows is not None else list(range(X.shape[0]))
+
+    def obj(V):
+        full = X.expand(V.shape[0], *X.shape).clone()
+        full[:, idx] = V
+        z = p.forward(full)
+        other = z.clone()
+        other[..., y] = -math.inf
+        return other.amax(-1) - z[..., y]
+
+    return -float(pgd_maximize(obj, X[idx][None], torch.tensor([r], dtype=D), steps=60, restarts=4,
+                               batch_dims=1, seed=3).value[0])
+
+
+@pytest.mark.parametrize("rows", [(1,), None])
+@pytest.mark.parametrize("make", [_bert, lambda: _bert("relu", seed=3), _distilbert])
+def test_no_certified_radius_exceeds_the_attack_and_the_certified_ball_holds(make, rows):
+    m = make().to(D)
+    p = program_for(m)
+    X = m.get_input_embeddings().weight[IDS].detach()
+    y = int(p.forward(X).argmax())
+    c = core.certify_input(p, X, y, rows)
+    assert c.correct and c.radius > 0 and c.route in ("layer by layer", "network")
+    core.attack_into(c, p, X, rows)
+    assert c.radius <= c.attack_radius and c.sound
+    assert _min_margin(p, X, y, c.radius, rows) > 0  # nothing the attack finds inside the certified ball
+    names = [b for b, _, _ in c.blocks]
+    assert names[0] == "embeddings.LayerNorm" and any(n.endswith("attention") for n in names)
+
+
+def test_network_route_margin_bound_holds_and_is_first_order_tight():
+    m = _bert().to(D)
+    p = program_for(m)
+    X = m.get_input_embeddings().weight[IDS].detach()
+    y = int(p.forward(X).argmax())
+    tr = p.chain.trace(X)
+    net = network.prepare_network(p, tr, X, y, None)
+    j = 1 - y
+    for r in (1e-4, 1e-2):
+        _, K = tr.smooth(r, None)
+        low = float(net.margins[j] - net.grads[j] * r - 0.5 * r * r * net.wdiff[j] * K)
+        found = _min_margin(p, X, y, r, None)
+        assert low <= found + 1e-12
+    # the exact gradient: the first-order change is reached by the attack on a small ball
+    r = 1e-5
+    assert (float(net.margins[j]) - _min_margin(p, X, y, r, None)) / r == pytest.approx(float(net.grads[j]), rel=1e-3)
+
+
+def test_vit_radius_below_attack():
+    m = _vit().to(D)
+    p = program_for(m)
+    X = patches(torch.randn(3, 8, 8, dtype=D, generator=torch.Generator().manual_seed(1)), 4)
+    y = int(p.forward(X).argmax())
+    c = core.certify_input(p, X, y, None)
+    core.attack_into(c, p, X, None)
+    assert 0 < c.radius <= c.attack_radius
+
+
+@pytest.fixture()
+def folder(tmp_path):
+    out = tmp_path / "clf"
+    out.mkdir()
+    (out / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    transformers.BertTokenizer(str(out / "vocab.txt")).save_pretrained(out)
+    _bert().save_pretrained(out)
+    return out
+
+
+def test_command_writes_table_summary_and_figure(folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = certify_main(["--model", str(folder), "--text", "the film was good", "--text", "a very boring movie !",
+                       "--out", str(out), "--no-progress", "--threads", "1"])
+    assert rc == 0
+    df = pd.read_csv(out / "table.csv")
+    assert len(df) == 2 and (df["certified_radius"] <= df["attack_radius"]).all() and df["sound"].all()
+    assert {"route", "attention_certificates", "perturbation", "seconds", "attack_seconds", "fail_prob"} <= set(df)
+    assert "word embedding at token 1" in df["perturbation"][0]
+    assert "certified" in (out / "summary.md").read_text() and (out / "radii.png").stat().st_size > 1000
+    assert "median certified radius" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--perturb", "pixels"], "pixels are a ViT's input"),
+    (["--samples", "0"], "--samples"),
+    (["--methods", "secnd_order"], "not a ball-change certificate"),
+    (["--dataset", "ag_news"], "labelled sst2"),
+])
+def test_command_mistakes_get_one_clear_line(folder, args, needle, capsys):
+    argv = ["--model", str(folder), "--no-progress", "--threads", "1", *args]
+    if "--dataset" not in args:
+        argv += ["--text", "the film was good"]
+    assert certify_main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_a_model_without_a_classification_head_is_refused(tmp_path, capsys):
+    base = tmp_path / "base"
+    _bert().bert.save_pretrained(base)
+    assert certify_main(["--model", str(base), "--text", "x", "--no-progress", "--threads", "1"]) == 2
+    assert "not a classifier with a trained head" in capsys.readouterr().err
+    assert certify_main(["--model", str(tmp_path / "nope"), "--text", "x", "--no-progress"]) == 2
