@@ -9,7 +9,7 @@ from typing import Dict, Iterable, Optional
 
 import torch
 
-from harness.bounds import jasmin, lofast, lofast_refined
+from harness.bounds import jasmin, lofast, lofast_refined, second_order
 from harness.kernels.attention import AttentionWeights, check_input, probs
 from harness.kernels.layer import truth
 from harness.kernels.linalg import spec
@@ -144,6 +144,13 @@ class InputState:
     def row_terms(self) -> lofast_refined.RowTerms:
         """The per-row softmax terms of the "refined" and second-order certificates (lofast_refined.row_terms)."""
         return lofast_refined.row_terms(self.X, self.w, self.causal)
+
+    @functools.cached_property
+    def curvature(self) -> second_order.CurvatureTerms:
+        """The ingredients of the second-order certificate's curvature bound K(eps) (harness.bounds.second_order)
+        at the state, from what a certificate reads for ||M_l|| (m_cert): computed once, read at every eps."""
+        return second_order.curvature_terms(self.X, self.w, self.m_cert, self.causal, xvo=self.value_norm,
+                                            rows=self.row_terms)
 
     def _truth(self, heads: bool):
         """kernels.layer.truth at this state: the one truth of the registry, analyze and the Castin experiments."""

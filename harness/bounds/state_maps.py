@@ -45,5 +45,5 @@ def second_order_at(s: InputState, eps) -> Tensor:
     below) and the result is padded by s.rounding_allowance."""
     truth = s.truth_layer
     U = s.upper.get("layer", truth) if s.certify is not None else truth
-    t = second_order.curvature_terms(s.X, s.w, s.m_cert, s.causal, xvo=s.value_norm, rows=s.row_terms)
-    return second_order.delta(U, t, torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)) * s.rounding_allowance
+    e = torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)
+    return second_order.delta(U, s.curvature, e) * s.rounding_allowance

@@ -72,10 +72,8 @@ class Attention(Block):
         vals = {k: float(v) for k, v in registry.ball_changes(prep.s, r, self.names).items()}
         if self.residual:
             vals = {f"{k} + identity": v + r for k, v in vals.items()}
-            curv = second_order.curvature_terms(prep.s.X, prep.s.w, prep.s.m_cert, prep.s.causal,
-                                                xvo=prep.s.value_norm, rows=prep.s.row_terms)
             e = torch.as_tensor(r, dtype=prep.s.X.dtype)
-            vals["second_order (residual)"] = float(second_order.delta(prep.residual_U, curv, e)
+            vals["second_order (residual)"] = float(second_order.delta(prep.residual_U, prep.s.curvature, e)
                                                     * prep.s.rounding_allowance)
         how = min(vals, key=vals.get)
         return vals[how], None, how
@@ -83,9 +81,8 @@ class Attention(Block):
     def smooth(self, prep: AttentionState, r: float, rows: Rows):
         """K = second_order.curvature over the ball; L = the certified ||J_F(X)|| (or ||I + J_F(X)||) + r K."""
         s = prep.s
-        curv = second_order.curvature_terms(s.X, s.w, s.m_cert, s.causal, xvo=s.value_norm, rows=s.row_terms)
         e = torch.as_tensor(r, dtype=s.X.dtype)
-        K = float(second_order.curvature(curv, e)) * s.rounding_allowance
+        K = float(second_order.curvature(prep.s.curvature, e)) * s.rounding_allowance
         s.truth_layer  # noqa: B018 - fills s.upper["layer"]
         U = float(s.upper["layer"]) * s.rounding_allowance
         L = U + r * K
