@@ -93,22 +93,25 @@ def test_no_certified_radius_exceeds_the_attack_and_the_certified_ball_holds(mak
     assert names[0] == "embeddings.LayerNorm" and any(n.endswith("attention") for n in names)
 
 
-def test_network_route_margin_bound_holds_and_is_first_order_tight():
+@pytest.mark.parametrize("rows", [None, (2,)])
+def test_network_route_margin_bound_holds_and_is_first_order_tight(rows):
     m = _bert().to(D)
     p = program_for(m)
     X = m.get_input_embeddings().weight[IDS].detach()
     y = int(p.forward(X).argmax())
     tr = p.chain.trace(X)
-    net = network.prepare_network(p, tr, X, y, None)
+    net = network.prepare_network(p, tr, X, y, rows)
     j = 1 - y
-    for r in (1e-4, 1e-2):
-        _, K = tr.smooth(r, None)
-        low = float(net.margins[j] - net.grads[j] * r - 0.5 * r * r * net.wdiff[j] * K)
-        found = _min_margin(p, X, y, r, None)
-        assert low <= found + 1e-12
+    for r in (1e-4, 1e-2, 0.1):
+        low = float(network.margin_lower_bounds(net, tr, r, rows)[j])
+        assert low <= _min_margin(p, X, y, r, rows) + 1e-12
     # the exact gradient: the first-order change is reached by the attack on a small ball
     r = 1e-5
-    assert (float(net.margins[j]) - _min_margin(p, X, y, r, None)) / r == pytest.approx(float(net.grads[j]), rel=1e-3)
+    g = float(net.grad_norms(0, rows)[j])
+    assert (float(net.margins[j]) - _min_margin(p, X, y, r, rows)) / r == pytest.approx(g, rel=1e-3)
+    r = 1e-6  # and the bound's loss tends to it (within its 1e-10 relative rounding allowance on the margin)
+    loss = float(net.margins[j]) - float(network.margin_lower_bounds(net, tr, r, rows)[j])
+    assert loss == pytest.approx(g * r, rel=0.05)
 
 
 def test_vit_radius_below_attack():
