@@ -79,30 +79,25 @@ def test_block_change_is_above_the_attack_and_the_first_order_change(name, r):
         assert first * (1 - 50 * r) <= bound, (name, first, bound)
 
 
-@pytest.mark.parametrize("name", ["layernorm", "mlp_gelu_residual", "dense_tanh", "attention_residual",
-                                  "attention", "post_ln_layer", "pre_ln_layer", "pool"])
-def test_smooth_constants_bound_the_jacobian_in_the_ball_and_the_taylor_remainder(name):
+@pytest.mark.parametrize("name", list(_blocks()))
+def test_jacobian_terms_bound_the_nominal_jacobian_and_its_variation_in_the_ball(name):
     block = _blocks()[name]
     X = _g(6, 8, seed=21)
     r = 0.2
-    got = block.smooth(block.prepare(X), r, None)
+    got = block.jacobian(block.prepare(X), r, None)
     assert got is not None
-    L, K = got
-    g = torch.Generator().manual_seed(3)
-    for _ in range(4):  # Jacobian norms at points of the ball
-        E = torch.randn(X.shape, dtype=D, generator=g)
-        Z = X + E / E.norm() * r * float(torch.rand((), generator=g, dtype=D))
-        assert float(torch.linalg.matrix_norm(_jac(block, Z), ord=2)) <= L * (1 + 1e-9)
+    J0, var = got
     J = _jac(block, X)
-    Y = block.forward(X)
-
-    def remainder(V):  # (k, n, d) -> (k,)
-        lin = ((V - X).flatten(1) @ J.T).reshape(V.shape[0], *Y.shape)
-        return torch.linalg.vector_norm((block.forward(V) - Y - lin).flatten(1), dim=-1)
-
-    found = float(pgd_maximize(remainder, X[None], torch.tensor([r], dtype=D), steps=40, restarts=3,
-                               batch_dims=1, seed=2).value[0])
-    assert found <= 0.5 * K * r * r * (1 + 1e-9), (name, found, K)
+    assert float(torch.linalg.matrix_norm(J, ord=2)) <= J0 * (1 + 1e-9)
+    g = torch.Generator().manual_seed(3)
+    worst = 0.0
+    for k in range(12):  # Jacobians at points of the ball, on its sphere and inside
+        E = torch.randn(X.shape, dtype=D, generator=g)
+        Z = X + E / E.norm() * r * (1.0 if k % 2 else float(torch.rand((), generator=g, dtype=D)))
+        worst = max(worst, float(torch.linalg.matrix_norm(_jac(block, Z) - J, ord=2)))
+    assert worst <= var * (1 + 1e-9), (name, worst, var)
+    if name.startswith(("mlp", "attention", "post", "layernorm")):
+        assert worst > 0  # the check compares something
 
 
 def test_only_the_moving_rows_count_and_row_selection_sees_them():

@@ -168,3 +168,42 @@ def test_a_model_without_a_classification_head_is_refused(tmp_path, capsys):
     assert certify_main(["--model", str(base), "--text", "x", "--no-progress", "--threads", "1"]) == 2
     assert "not a classifier with a trained head" in capsys.readouterr().err
     assert certify_main(["--model", str(tmp_path / "nope"), "--text", "x", "--no-progress"]) == 2
+
+
+def test_prefix_jacobian_norms_are_the_dense_ones_and_the_refined_balls_hold():
+    from harness.certify import tangents
+
+    m = _bert().to(D)
+    p = program_for(m)
+    X = m.get_input_embeddings().weight[IDS].detach()
+    tr = p.chain.trace(X)
+    rows = (2,)
+    norms = tangents.prefix_norms(tr, rows)
+    assert tangents.prefix_norms(tr, None) is None and norms[0] == 1.0 and len(norms) == len(tr.steps) + 1
+    blocks = [s.block for s in tr.steps]
+
+    def prefix(k):
+        def f(row):  # the input of step k as a function of the moving row
+            full = X.clone()
+            full[2] = row
+            for b in blocks[:k]:
+                full = b.forward(full)
+            return full
+        return f
+
+    for k in (1, 2, 5, len(blocks)):
+        J = torch.autograd.functional.jacobian(prefix(k), X[2]).reshape(-1, X.shape[1])
+        assert norms[k] == pytest.approx(float(torch.linalg.matrix_norm(J, ord=2)), rel=1e-9)
+    eps = 0.002
+    b = network.balls(tr, eps, rows, norms)
+    assert "exact prefix Jacobian" in b.how  # the refinement is used
+    for k in (2, 5, len(blocks)):  # every refined radius is above the change an attack finds
+        f = prefix(k)
+        Y = f(X[2])
+
+        def obj(V):
+            return torch.stack([torch.linalg.vector_norm(f(v[0]) - Y) for v in V])
+
+        found = float(pgd_maximize(obj, X[2][None, None], torch.tensor([eps], dtype=D), steps=30, restarts=3,
+                                   batch_dims=1, seed=4).value[0])
+        assert found <= b.radii[k] * (1 + 1e-9)

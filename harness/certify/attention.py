@@ -78,14 +78,14 @@ class Attention(Block):
         how = min(vals, key=vals.get)
         return vals[how], None, how
 
-    def smooth(self, prep: AttentionState, r: float, rows: Rows):
-        """K = second_order.curvature over the ball; L = the certified ||J_F(X)|| (or ||I + J_F(X)||) + r K."""
+    def jacobian(self, prep: AttentionState, r: float, rows: Rows):
+        """J0 = the certified ||J_F(X)|| (||I + J_F(X)|| with the residual, or 1 + ||J_F(X)||); D = r K(r), K the
+        second-order certificate's curvature bound over the ball (the bilinear second derivative is bounded by the
+        quadratic one by polarization)."""
         s = prep.s
-        e = torch.as_tensor(r, dtype=s.X.dtype)
-        K = float(second_order.curvature(prep.s.curvature, e)) * s.rounding_allowance
+        K = float(second_order.curvature(s.curvature, torch.as_tensor(r, dtype=s.X.dtype))) * s.rounding_allowance
         s.truth_layer  # noqa: B018 - fills s.upper["layer"]
-        U = float(s.upper["layer"]) * s.rounding_allowance
-        L = U + r * K
+        J0 = float(s.upper["layer"]) * s.rounding_allowance
         if self.residual:
-            L = min(1.0 + L, float(prep.residual_U) * s.rounding_allowance + r * K)
-        return L, K
+            J0 = min(1.0 + J0, float(prep.residual_U) * s.rounding_allowance)
+        return J0, r * K

@@ -41,9 +41,9 @@ class Block:
         move, the certificate's name)."""
         raise NotImplementedError
 
-    def smooth(self, prep: Any, r: float, rows: Rows) -> Optional[Tuple[float, float]]:
-        """(L, K): L >= sup ||J_f|| and K >= sup ||D^2 f[E, E]|| (||E||_F = 1) over the ball of radius r (inputs
-        moving in `rows`), for the network route; None where f is not twice differentiable on the ball."""
+    def jacobian(self, prep: Any, r: float, rows: Rows) -> Optional[Tuple[float, float]]:
+        """(J0, D) for the network route: J0 >= ||J_f(X)|| at the nominal input and D >= sup ||J_f(X') - J_f(X)||
+        over the ball of radius r (inputs moving in `rows`); None where the block cannot bound them."""
         return None
 
 
@@ -79,21 +79,21 @@ class Trace:
             out.append((s.block.name, how, float(r)))
         return float(r), rows, out
 
-    def smooth(self, r: float, rows: Rows = None) -> Optional[Tuple[float, float]]:
-        """(L, K) of the whole chain over the ball of radius r: each block's (L_k, K_k) on its propagated ball,
-        composed as L = L_2 L_1, K = K_2 L_1^2 + L_2 K_1 (the chain rule for D^2 (f_2 o f_1))."""
-        L, K = 1.0, 0.0
+    def jacobian(self, r: float, rows: Rows = None) -> Optional[Tuple[float, float]]:
+        """(J0, D) of the whole chain at radius r from each block's on its propagated ball: for f_2 o f_1,
+        J(x') - J(x) = (J_2(y') - J_2(y)) J_1(x') + J_2(y) (J_1(x') - J_1(x)), so D <= D_2 (J0_1 + D_1) + J0_2 D_1
+        and J0 <= J0_2 J0_1."""
+        J, D = 1.0, 0.0
         for s in self.steps:
             if r == 0.0 or (rows is not None and len(rows) == 0):
-                Lk, Kk, r, rows = 1.0, 0.0, 0.0, ()
-            else:
-                got = s.block.smooth(s.prep, r, rows)
-                if got is None:
-                    return None
-                Lk, Kk = got
-                r, rows, _ = s.block.change(s.prep, r, rows)
-            L, K = Lk * L, Kk * L * L + Lk * K
-        return L, K
+                continue
+            got = s.block.jacobian(s.prep, r, rows)
+            if got is None:
+                return None
+            Jk, Dk = got
+            J, D = Jk * J, Dk * (J + D) + Jk * D
+            r, rows, _ = s.block.change(s.prep, r, rows)
+        return J, D
 
 
 class Chain(Block):
@@ -124,8 +124,8 @@ class Chain(Block):
         r, rows, steps = prep.propagate(r, rows)
         return r, rows, "+".join(sorted({how for _, how, _ in steps if how != "unchanged"})) or "unchanged"
 
-    def smooth(self, prep: Trace, r: float, rows: Rows):
-        return prep.smooth(r, rows)
+    def jacobian(self, prep: Trace, r: float, rows: Rows):
+        return prep.jacobian(r, rows)
 
 
 class Residual(Block):
@@ -145,8 +145,8 @@ class Residual(Block):
         moved = None if rows is None or grows is None else tuple(sorted(set(rows) | set(grows)))
         return r + g, moved, how
 
-    def smooth(self, prep: Any, r: float, rows: Rows):
-        got = self.inner.smooth(prep, r, rows)
+    def jacobian(self, prep: Any, r: float, rows: Rows):
+        got = self.inner.jacobian(prep, r, rows)
         return None if got is None else (1.0 + got[0], got[1])
 
 
@@ -164,7 +164,7 @@ class SelectRow(Block):
             return 0.0, (), "unchanged"
         return r, (0,), "row"
 
-    def smooth(self, prep, r: float, rows: Rows):
+    def jacobian(self, prep, r: float, rows: Rows):
         return 1.0, 0.0
 
 
@@ -184,7 +184,7 @@ class Linear(Block):
     def change(self, prep, r: float, rows: Rows):
         return self.norm * r, rows, "spectral norm"
 
-    def smooth(self, prep, r: float, rows: Rows):
+    def jacobian(self, prep, r: float, rows: Rows):
         return self.norm, 0.0
 
 

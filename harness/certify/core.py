@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 import torch
 
 from harness.certify.block import Rows, margins_certified
-from harness.certify.network import network_certified
+from harness.certify.network import balls, network_certified
 from harness.certify.programs import Program
 from harness.kernels.pgd import pgd_maximize
 
@@ -49,11 +49,12 @@ class InputCertificate:
         return not (self.radius > self.attack_radius)
 
 
-def _certified(program: Program, trace, logits: Tensor, y: int, eps: float, rows: Rows, network) -> Optional[str]:
-    r, _, _ = trace.propagate(eps, rows)
-    if margins_certified(logits, y, program.W, r):
+def _certified(program: Program, trace, logits: Tensor, y: int, eps: float, rows: Rows, network,
+               norms) -> Optional[str]:
+    b = balls(trace, eps, rows, norms)
+    if margins_certified(logits, y, program.W, b.radii[-1]):
         return "layer by layer"
-    if network is not None and network_certified(network, trace, eps, rows):
+    if network is not None and network_certified(network, trace, eps, rows, norms):
         return "network"
     return None
 
@@ -62,6 +63,7 @@ def certify_input(program: Program, X: Tensor, y: int, rows: Rows = None, networ
                   rel_tol: float = REL_TOL) -> InputCertificate:
     """Certify the prediction at the perturbed input X (n, d_in), label y; rows: which rows may move (None: all)."""
     from harness.certify.network import prepare_network
+    from harness.certify.tangents import prefix_norms
 
     t0 = time.perf_counter()
     X = X.detach().to(torch.float64)
@@ -77,21 +79,23 @@ def certify_input(program: Program, X: Tensor, y: int, rows: Rows = None, networ
         out.seconds = time.perf_counter() - t0
         return out
     net = prepare_network(program, trace, X, y, rows) if network else None
+    norms = prefix_norms(trace, rows) if network else None
     scale = float(torch.linalg.vector_norm(X if rows is None else X[list(rows)])) or 1.0
     lo, hi = 0.0, scale * 1e-3
-    while _certified(program, trace, logits, y, hi, rows, net) and hi < scale * 1e6:
+    while _certified(program, trace, logits, y, hi, rows, net, norms) and hi < scale * 1e6:
         lo, hi = hi, hi * 4.0
     if lo == 0.0:  # shrink until something is certified (or the margin is within rounding)
-        while hi > scale * 1e-12 and not _certified(program, trace, logits, y, hi / 4.0, rows, net):
+        while hi > scale * 1e-12 and not _certified(program, trace, logits, y, hi / 4.0, rows, net, norms):
             hi /= 4.0
         lo = hi / 4.0 if hi > scale * 1e-12 else 0.0
     while lo > 0 and hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _certified(program, trace, logits, y, mid, rows, net) else (lo, mid)
+        lo, hi = (mid, hi) if _certified(program, trace, logits, y, mid, rows, net, norms) else (lo, mid)
     out.radius = lo
     if lo > 0:
-        out.route = _certified(program, trace, logits, y, lo, rows, net) or ""
-        out.blocks = trace.propagate(lo, rows)[2]
+        out.route = _certified(program, trace, logits, y, lo, rows, net, norms) or ""
+        b = balls(trace, lo, rows, norms)
+        out.blocks = [(s.block.name, how, r) for s, how, r in zip(trace.steps, b.how, b.radii[1:])]
     out.seconds = time.perf_counter() - t0
     return out
 

@@ -12,7 +12,8 @@ at most max_i L_i(r) r with L_i(r) = max|gamma| / sigma_min_i(r) over the rows t
 `shift` (max_n, d) is added before normalizing (BERT's position and type embeddings, its first n rows); it does not
 change the bound.
 
-For the network route, the second derivative of x -> P x / sigma(x) along a unit e is
+For the network route (the Jacobian's variation over the ball, at most r K), the second derivative of
+x -> P x / sigma(x) along a unit e is
 -2 a (c.a) / (d sigma^3) - c |a|^2 / (d sigma^3) + 3 c (c.a)^2 / (d^2 sigma^5) with c = P x, a = P e; as
 |c| <= sqrt(d) sigma and |a| <= 1 its norm is at most 6 / (sqrt(d) sigma^2), so K = 6 max|gamma| / (sqrt(d)
 sigma_min^2) over the ball (rows are independent: the largest row's K bounds the matrix).
@@ -62,11 +63,13 @@ class LayerNorm(Block):
             return float("inf"), rows, "layernorm 1/sigma"
         return float(self.gmax * r / sigma.min()), rows, "layernorm 1/sigma"
 
-    def smooth(self, prep: Tensor, r: float, rows: Rows):
-        """L = max|gamma| / sigma_min, K = 6 max|gamma| / (sqrt(d) sigma_min^2) (docs/math.md §6)."""
+    def jacobian(self, prep: Tensor, r: float, rows: Rows):
+        """J0 = max|gamma| / sigma(x) at the nominal rows; D = r K, K = 6 max|gamma| / (sqrt(d) sigma_min(r)^2) the
+        second-derivative bound over the ball (docs/math.md §6)."""
         c = prep if rows is None else prep[list(rows)]
         d = self.gamma.shape[0]
+        s0 = float(torch.sqrt(c.square() / d + self.eps).min())
         smin = float(torch.sqrt((c - r).clamp_min(0.0).square() / d + self.eps).min())
         if smin == 0.0:
             return None
-        return self.gmax / smin, 6.0 * self.gmax / (d ** 0.5 * smin * smin)
+        return self.gmax / s0, r * 6.0 * self.gmax / (d ** 0.5 * smin * smin)

@@ -55,15 +55,24 @@ def activation(name: str):
 
 
 def max_abs_derivative(name: str, lo: Tensor, hi: Tensor) -> Tensor:
-    """sup |act'| over each interval [lo, hi] (elementwise): at the endpoints or the critical points inside."""
-    _, d, _, _ = ACTIVATIONS[name]
-    best = torch.maximum(d(lo).abs(), d(hi).abs())
+    """sup |act'| over each interval [lo, hi] (elementwise)."""
+    small, big = derivative_range(name, lo, hi)
+    return torch.maximum(small.abs(), big.abs())
+
+
+def derivative_range(name: str, lo: Tensor, hi: Tensor) -> Tuple[Tensor, Tensor]:
+    """(inf act', sup act') over each interval [lo, hi] (elementwise): at the endpoints or the critical points of act'
+    inside (GELU: +-sqrt(2); tanh: 0, where act' peaks; ReLU: its two values)."""
     if name == "relu":
-        return (hi > 0).to(lo.dtype)
+        return (lo > 0).to(lo.dtype), (hi > 0).to(lo.dtype)
+    _, d, _, _ = ACTIVATIONS[name]
+    a, b = d(lo), d(hi)
+    small, big = torch.minimum(a, b), torch.maximum(a, b)
     for c in _CRITICAL[name]:
         inside = (lo <= c) & (c <= hi)
-        best = torch.where(inside, torch.maximum(best, d(torch.full_like(lo, c)).abs()), best)
-    return best
+        v = d(torch.full_like(lo, c))
+        small, big = torch.where(inside, torch.minimum(small, v), small), torch.where(inside, torch.maximum(big, v), big)
+    return small, big
 
 
 def _norm(A: Tensor) -> Tensor:
@@ -86,6 +95,8 @@ class MLP(Block):
         self.glob = float(_norm(eye + 0.5 * (lo + hi) * W1 @ W2)) + 0.5 * (hi - lo) * self.n1 * self.n2
         self.col1 = torch.linalg.vector_norm(W1, dim=0)  # (f,) ||W1[:, j]||
         self.sq1, self.sq2 = self.col1.square(), W2.square().sum(-1)  # (f,) each
+        root = self.col1.sqrt()
+        self.split = float(_norm(W1 * root) * _norm(root[:, None] * W2))  # ||W1 diag(sqrt c)|| ||diag(sqrt c) W2||
 
     def _pre(self, X: Tensor) -> Tensor:
         U = X @ self.W1
@@ -118,16 +129,19 @@ class MLP(Block):
         how = min(members, key=members.get)
         return members[how], rows, how
 
-    def smooth(self, prep, r: float, rows: Rows):
-        """Smooth act: L = max_i ||J(x_i)|| + A2 ||W1||^2 ||W2|| r, K = A2 ||W1||^2 ||W2||. ReLU: twice
-        differentiable on the ball only when no unit can change sign there (then K = 0)."""
+    def jacobian(self, prep, r: float, rows: Rows):
+        """J0 = max_i ||J(x_i)|| (exact); D: J(x') - J(x) = W1 diag(delta) W2 with |delta_j| <= A2 ||W1[:, j]|| r
+        for a smooth activation, so D <= A2 r ||W1 diag(sqrt c)|| ||diag(sqrt c) W2||, c_j = ||W1[:, j]||; for ReLU
+        delta is supported on the units that may change sign, |delta_j| <= 1, so D <= ||W1[:, U]||_F ||W2[U, :]||_F
+        (the largest over the moving rows)."""
         U, a = prep
         if rows is not None:
             U, a = U[list(rows)], a[list(rows)]
-        if self.A2 is None:
-            return (float(a.max()), 0.0) if not bool((U.abs() <= self.col1 * r).any()) else None
-        K = self.A2 * self.n1 ** 2 * self.n2
-        return min(float(a.max()) + K * r, self.glob), K
+        if self.A2 is not None:
+            return float(a.max()), self.A2 * r * self.split
+        unstable = (U.abs() <= self.col1 * r).to(U.dtype)  # (rows, f)
+        D = torch.sqrt((unstable * self.sq1).sum(-1) * (unstable * self.sq2).sum(-1)).max()
+        return float(a.max()), min(float(D), self.n1 * self.n2)
 
 
 class Dense(Block):
@@ -158,12 +172,13 @@ class Dense(Block):
         local = float(_norm(self.W.unsqueeze(0) * s.unsqueeze(-2)).max()) * r
         return (local, rows, "dense local") if local <= self.lip * r else (self.lip * r, rows, "dense global")
 
-    def smooth(self, prep: Tensor, r: float, rows: Rows):
-        """L = the local factor of `change`; K = sup|act''| ||W||^2 (||act''(u) (e W)^2|| <= A2 ||e W||_4^2), or
-        K = 0 for ReLU when no unit can change sign on the ball (None otherwise)."""
+    def jacobian(self, prep: Tensor, r: float, rows: Rows):
+        """J0 = ||W diag(act'(u))|| per row (exact); D = ||W diag(t)|| with t_j the largest |act'(u') - act'(u_j)| on
+        [u_j - rho_j, u_j + rho_j] (diag(delta / t) has norm <= 1)."""
         U = prep if rows is None else prep[list(rows)]
-        L = self.change(prep, r, rows)[0] / r if r > 0 else self.lip
-        A2 = ACTIVATIONS[self.act][3]
-        if A2 is None:
-            return (L, 0.0) if not bool((U.abs() <= self.col * r).any()) else None
-        return L, A2 * float(_norm(self.W)) ** 2
+        _, d, _, _ = ACTIVATIONS[self.act]
+        s0 = d(U)
+        lo, hi = derivative_range(self.act, U - self.col * r, U + self.col * r)
+        t = torch.maximum(hi - s0, s0 - lo)
+        J0 = float(_norm(self.W.unsqueeze(0) * s0.unsqueeze(-2)).max())
+        return J0, float(_norm(self.W.unsqueeze(0) * t.unsqueeze(-2)).max())

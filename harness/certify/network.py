@@ -1,30 +1,28 @@
-"""The network route of a whole-model certificate: second order in eps with an exact first-order term
-(docs/math.md §6).
+"""The network route of a whole-model certificate: the exact gradient of every margin plus a certified bound on
+how much that gradient can vary over the ball (docs/math.md §6).
 
-For the margin m_j(x) = z_y - z_j = (w_y - w_j) . p(x) (p: the chain's pooled output), Taylor's theorem with the
-integral remainder gives, for ||x' - x||_F <= eps,
+For the margin m_j(x) = z_y - z_j = (w_y - w_j) . p(x) (p: the chain's pooled output) and ||x' - x||_F <= eps,
 
-    m_j(x') >= m_j(x) - ||grad m_j(x)|| eps - eps^2 / 2 H_0,
+    m_j(x') - m_j(x) - grad m_j(x) . (x' - x) = int_0^1 (grad m_j(x + t (x' - x)) - grad m_j(x)) . (x' - x) dt,
 
-with grad m_j(x) exact (reverse mode in float64 over the rows that may move: a scalar function's local constant
-is its gradient's norm, no estimate involved) and H_0 >= sup ||Hessian of m_j|| over the ball. H_0 comes from a
-backward recursion over the chain's blocks f_1 ... f_K, each on its own propagated ball (radius r_k around its
-nominal input X_k, from the layer-by-layer route), with phi_k = m_j o f_K o ... o f_{k+1}:
+so m_j(x') >= m_j(x) - ||grad m_j(x)|| eps - eps int_0^1 V_0(t eps) dt, where V_0(rho) >= sup ||grad m_j(x') -
+grad m_j(x)|| over the ball of radius rho. The gradient is exact (reverse mode in float64 over the rows that may
+move: a scalar function's local constant is its gradient's norm, no estimate involved). V_0 comes from a backward
+recursion over the chain's blocks f_1 ... f_K, each on its own propagated ball (radius r_k around its nominal
+input X_k, from the layer-by-layer route), with phi_k = m_j o f_K o ... o f_{k+1} and g_k = ||grad phi_k(X_k)||:
 
-    H_{k-1} <= G_k K_k + L_k^2 H_k                      (Hessian of phi_k o f_k: chain rule)
-    G_{k-1} <= min(g_{k-1} + r_{k-1} H_{k-1}, L_k G_k)  (sup of ||grad phi_{k-1}|| over its ball)
+    grad phi_{k-1}(x') - grad phi_{k-1}(x) = J_k(x)^T (v' - v) + (J_k(x') - J_k(x))^T v'
+    V_{k-1} <= J0_k V_k + D_k (g_k + V_k),      V_K = 0 at the head (the margin is linear in p),
 
-where (L_k, K_k) bound f_k's Jacobian and second derivative on its ball (block.smooth), g_k = ||grad phi_k(X_k)||
-is the exact gradient at the nominal point (one backward pass), and the recursion starts at the head with
-G_K = ||w_y - w_j||, H_K = 0. The tail enters through actual gradient norms, not products of operator norms.
-The route needs every block twice differentiable on its ball (a ReLU whose units may change sign there is not;
-the layer-by-layer route still applies).
+with (J0_k, D_k) each block's nominal Jacobian norm and Jacobian variation over its ball (block.jacobian). The
+integral is bounded by the upper Riemann sum over STEPS sub-radii (V_0 grows with the radius). Every block
+provides (J0, D), ReLU included (its variation is bounded by the units that may change sign).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -32,6 +30,7 @@ from harness.certify.block import Rows, Trace
 
 Tensor = torch.Tensor
 GRAD_ROUNDING = 1e-10  # relative allowance on the float64 gradient norms and margins
+STEPS = 4  # sub-radii of the upper Riemann sum of int_0^1 V_0(t eps) dt
 
 
 @dataclass
@@ -73,33 +72,70 @@ def prepare_network(program, trace: Trace, X: Tensor, y: int, rows: Rows) -> Net
     return NetworkTerms(margins=margins, grads=grads, wdiff=torch.linalg.vector_norm(W[:, y:y + 1] - W, dim=0))
 
 
-def margin_lower_bounds(net: NetworkTerms, trace: Trace, eps: float, rows: Rows):
-    """Lower bounds of every margin over the eps-ball (C,), or None where the route does not apply."""
-    radii, rws, r, rw = [], [], float(eps), rows
-    consts = []
-    for s in trace.steps:  # each step's input ball, and (L_k, K_k) on it
-        radii.append(r)
-        rws.append(rw)
+@dataclass
+class Balls:
+    """Every step's input ball at one eps: radii (K + 1: each step's input, then the output), the rows that may move,
+    each block's (J0, D) on its ball (None where it has none) and the certificate that gave each radius."""
+
+    radii: List[float]
+    rows: List[Rows]
+    consts: List[Optional[Tuple[float, float]]]
+    how: List[str]
+
+
+def balls(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = None) -> Balls:
+    """The input ball of every step for input radius eps: the layer-by-layer radius change_k(r_k), or, with the exact
+    prefix Jacobian norms N_k (harness.certify.tangents), the smaller N_{k+1} eps + eps Dp_{k+1} (mean value theorem),
+    where Dp_{k+1} = D_k (N_k + Dp_k) + J0_k Dp_k bounds the prefix Jacobian's variation over the input ball."""
+    out = Balls([float(eps)], [rows], [], [])
+    r, rw, Dp = float(eps), rows, 0.0
+    for k, s in enumerate(trace.steps):
         if r == 0.0 or (rw is not None and len(rw) == 0):
-            consts.append((1.0, 0.0))
-            r, rw = 0.0, ()
-            continue
-        got = s.block.smooth(s.prep, r, rw)
-        if got is None:
+            r, rw, jc, how = 0.0, (), (1.0, 0.0), "unchanged"
+        else:
+            jc = s.block.jacobian(s.prep, r, rw)
+            r_next, rw, how = s.block.change(s.prep, r, rw)
+            if norms is not None and jc is not None and Dp is not None:
+                Dp = jc[1] * (norms[k] + Dp) + jc[0] * Dp
+                first = norms[k + 1] * eps + eps * Dp
+                if first < r_next:
+                    r_next, how = first, "exact prefix Jacobian"
+            else:
+                Dp = None
+            r = r_next
+        out.consts.append(jc)
+        out.radii.append(float(r))
+        out.rows.append(rw)
+        out.how.append(how)
+    return out
+
+
+def _variation(net: NetworkTerms, b: Balls) -> Optional[Tensor]:
+    """V_0 (C,): the bound on the margins' gradient variation over the input ball of `b`, or None."""
+    K = len(b.consts)
+    V = torch.zeros_like(net.wdiff)
+    for k in range(K - 1, -1, -1):
+        if b.consts[k] is None:
             return None
-        consts.append(got)
-        r, rw, _ = s.block.change(s.prep, r, rw)
-    G = net.wdiff * (1 + GRAD_ROUNDING)  # (C,) at the head: the margin is linear in p
-    H = torch.zeros_like(G)
-    for k in range(len(trace.steps) - 1, -1, -1):
-        L, K = consts[k]
-        H = G * K + L * L * H
-        G = torch.minimum(net.grad_norms(k, rws[k]) + radii[k] * H, L * G)
+        J0, D = b.consts[k]
+        out = net.wdiff if k + 1 == K else net.grad_norms(k + 1, None)
+        V = J0 * V + D * (out * (1 + GRAD_ROUNDING) + V)
+    return V
+
+
+def margin_lower_bounds(net: NetworkTerms, trace: Trace, eps: float, rows: Rows, norms=None, steps: int = STEPS):
+    """Lower bounds of every margin over the eps-ball (C,), or None where the route does not apply."""
+    total = torch.zeros_like(net.wdiff)
+    for i in range(1, steps + 1):
+        V = _variation(net, balls(trace, eps * i / steps, rows, norms))
+        if V is None:
+            return None
+        total = total + V / steps
     g0 = net.grad_norms(0, rows)
-    return net.margins * (1 - GRAD_ROUNDING) - g0 * eps - 0.5 * eps * eps * H
+    return net.margins * (1 - GRAD_ROUNDING) - g0 * eps - eps * total
 
 
-def network_certified(net: NetworkTerms, trace: Trace, eps: float, rows: Rows) -> bool:
+def network_certified(net: NetworkTerms, trace: Trace, eps: float, rows: Rows, norms=None) -> bool:
     """Whether every margin provably stays positive over the eps-ball (False where the route does not apply)."""
-    low = margin_lower_bounds(net, trace, eps, rows)
+    low = margin_lower_bounds(net, trace, eps, rows, norms)
     return low is not None and bool((low > 0).all())

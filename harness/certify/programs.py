@@ -90,7 +90,7 @@ class PatchEmbed(Block):
         out = None if rows is None else tuple(i + 1 for i in rows)
         return self.lin.norm * r, out, "spectral norm"
 
-    def smooth(self, prep, r: float, rows):
+    def jacobian(self, prep, r: float, rows):
         return self.lin.norm, 0.0
 
 
