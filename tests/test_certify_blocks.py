@@ -140,3 +140,16 @@ def test_unknown_attention_certificate_and_unsupported_activation_are_refused():
         Attention(w, names=["secnd_order"])
     with pytest.raises(ValueError, match="no certified bound"):
         MLP(_g(4, 4), None, _g(4, 4), None, "gelu_new")
+
+
+@pytest.mark.parametrize("r", [0.05, 0.5, 3.0, 30.0])
+def test_layernorm_angle_bound_caps_the_change_at_any_radius_and_holds(r):
+    ln = LayerNorm(1 + _g(8, scale=0.3, seed=9), _g(8, scale=0.1, seed=10), 1e-12)
+    X = _g(4, 8, seed=23) * 0.1  # rows of norm ~0.3: radii beyond them are where 1/sigma_min blows up
+    prep = ln.prepare(X)
+    bound, _, how = ln.change(prep, r, (1,))
+    assert bound <= 2 * ln.gmax * 8 ** 0.5 * (1 + 1e-12)  # never beyond LayerNorm's range
+    assert _attack_change(ln, X, r, rows=(1,)) <= bound * (1 + 1e-9)
+    if r >= 0.5:
+        assert how == "layernorm angle"
+    assert _attack_change(ln, X, r) <= ln.change(prep, r, None)[0] * (1 + 1e-9)

@@ -8,9 +8,14 @@ exactly 1 / sigma(x). Along a segment from x to x' with ||x' - x|| <= r, ||P x'|
     ||y(x') - y(x)|| <= max|gamma| r / sigma_min(r),   sigma_min(r) = sqrt(max(0, ||P x|| - r)^2 / d + eps_ln).
 
 Over the matrix, rows move by r_i with sum r_i^2 <= r^2 and each row's factor grows with r_i, so the change is
-at most max_i L_i(r) r with L_i(r) = max|gamma| / sigma_min_i(r) over the rows that may move. An optional constant
-`shift` (max_n, d) is added before normalizing (BERT's position and type embeddings, its first n rows); it does not
-change the bound.
+at most max_i L_i(r) r with L_i(r) = max|gamma| / sigma_min_i(r) over the rows that may move.
+
+The second member never exceeds LayerNorm's range: with a = P x, A = ||a|| and phi(a) = a / sqrt(||a||^2 + d eps_ln)
+(so y = gamma * sqrt(d) phi(a) + beta), any a' within r of a has ||a'|| in [A - r, A + r] and makes an angle of at
+most arcsin(r / A) with a (any angle when r >= A); ||phi(a') - phi(a)||^2 = f(|a'|)^2 + f(A)^2 - 2 f(|a'|) f(A) cos,
+f(t) = t / sqrt(t^2 + d eps_ln), is largest at an end of that interval and at the largest angle. Over the matrix the
+squares of the rows' bounds at r add up. The certificate is the smaller of the two. An optional constant `shift`
+(max_n, d) is added before normalizing (BERT's position and type embeddings, its first n rows); it changes neither.
 
 For the network route (the Jacobian's variation over the ball, at most r K), the second derivative of
 x -> P x / sigma(x) along a unit e is
@@ -59,9 +64,25 @@ class LayerNorm(Block):
         c = prep if rows is None else prep[list(rows)]
         d = self.gamma.shape[0]
         sigma = torch.sqrt((c - r).clamp_min(0.0).square() / d + self.eps)  # (rows,)
-        if bool((sigma == 0).any()):
-            return float("inf"), rows, "layernorm 1/sigma"
-        return float(self.gmax * r / sigma.min()), rows, "layernorm 1/sigma"
+        lip = float(self.gmax * r / sigma.min()) if bool((sigma > 0).all()) else float("inf")
+        cap = float(torch.linalg.vector_norm(self._angle(c, r)))
+        return (lip, rows, "layernorm 1/sigma") if lip <= cap else (cap, rows, "layernorm angle")
+
+    def _angle(self, A: Tensor, r: float) -> Tensor:
+        """Per row, a bound on ||y(x') - y(x)|| over ||x' - x|| <= r that stays finite (see the module docstring):
+        max|gamma| sqrt(d) ||phi(a') - phi(a)||, phi(a) = a / sqrt(|a|^2 + d eps_ln), with |a'| in [A - r, A + r]
+        and the angle between a and a' at most arcsin(r / A) (anything beyond when r >= A)."""
+        d = self.gamma.shape[0]
+        c = d * self.eps
+        f = lambda t: t / torch.sqrt(t * t + c) if c > 0 else (t > 0).to(t.dtype)  # noqa: E731
+        fa = f(A)
+        ratio = (r / A.clamp_min(torch.finfo(A.dtype).tiny)).clamp(max=1.0)
+        cos = torch.where(r < A, torch.sqrt(1.0 - ratio.square()), -torch.ones_like(A))
+        worst = torch.zeros_like(A)
+        for t in ((A - r).clamp_min(0.0), A + r):
+            ft = f(t)
+            worst = torch.maximum(worst, (ft.square() + fa.square() - 2.0 * ft * fa * cos).clamp_min(0.0).sqrt())
+        return self.gmax * d ** 0.5 * worst
 
     def jacobian(self, prep: Tensor, r: float, rows: Rows):
         """J0 = max|gamma| / sigma(x) at the nominal rows; D = r K, K = 6 max|gamma| / (sqrt(d) sigma_min(r)^2) the
