@@ -63,16 +63,9 @@ def test_vit_program_computes_the_models_logits():
 
 
 def _min_margin(p, X, y, r, rows):
+    """The smallest margin PGD finds within r (its own steps and seed, not the command's attack)."""
     idx = list(rows) if rows is not None else list(range(X.shape[0]))
-
-    def obj(V):
-        full = X.expand(V.shape[0], *X.shape).clone()
-        full[:, idx] = V
-        z = p.forward(full)
-        other = z.clone()
-        other[..., y] = -math.inf
-        return other.amax(-1) - z[..., y]
-
+    obj = core.margin_objective(p, X, y, idx)
     return -float(pgd_maximize(obj, X[idx][None], torch.tensor([r], dtype=D), steps=60, restarts=4,
                                batch_dims=1, seed=3).value[0])
 

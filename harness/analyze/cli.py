@@ -32,11 +32,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="alias (minilm, tiny-bert, tiny-gpt2), save_pretrained folder "
                                                   "or a Hugging Face hub name (cached, else downloaded unless "
                                                   "HF_HUB_OFFLINE=1)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--text", action="append", help="a text (repeatable; several are batched with padding)")
-    src.add_argument("--text-file", help="one text per line")
-    src.add_argument("--dataset", help="NAME_OR_FILES[:split] through Hugging Face datasets (sst2, ag_news offline)")
-    src.add_argument("--images", help="ViT: folder of PNG/JPEG images or a .npy batch")
+    input_options(p, "a text (repeatable; several are batched with padding)",
+                  "NAME_OR_FILES[:split] through Hugging Face datasets (sst2, ag_news offline)")
     p.add_argument("--samples", type=int, default=None, help="analyze K >= 1 inputs (dataset rows drawn with "
                                                              "--seed; the first K texts/images otherwise)")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -61,6 +58,15 @@ def parser() -> argparse.ArgumentParser:
                         "from the 1-minute load average; a note says when that leaves cores unused)")
     p.add_argument("--no-progress", action="store_true")
     return p
+
+
+def input_options(p: argparse.ArgumentParser, text_help: str, dataset_help: str) -> None:
+    """The one required choice of inputs, shared by `attnlip analyze` and `attnlip certify`."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", action="append", help=text_help)
+    src.add_argument("--text-file", help="one text per line")
+    src.add_argument("--dataset", help=dataset_help)
+    src.add_argument("--images", help="ViT: folder of PNG/JPEG images or a .npy batch")
 
 
 def _inputs(a, model_spec, device):

@@ -21,16 +21,14 @@ save_pretrained (or a hub name), with its trained head. Labels: a dataset's (sst
 
 
 def parser() -> argparse.ArgumentParser:
+    from harness.analyze.cli import input_options
+
     p = argparse.ArgumentParser(prog="attnlip certify", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Certified l2 radius of each prediction (layer by layer through every "
                                             "block, and the network route), beside an attack's radius.")
     p.add_argument("--model", required=True, help="save_pretrained folder of a classifier, or a hub name")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--text", action="append", help="a text to certify (repeatable)")
-    src.add_argument("--text-file", help="one text per line")
-    src.add_argument("--dataset", help="sst2[:dev|train] (labels from the dataset)")
-    src.add_argument("--images", help="ViT: folder of PNG/JPEG images or a .npy batch")
+    input_options(p, "a text to certify (repeatable)", "sst2[:dev|train] (labels from the dataset)")
     p.add_argument("--samples", type=int, default=None, help="certify the first K >= 1 inputs (default: all; "
                                                              "a dataset: 20)")
     p.add_argument("--perturb", default=None, choices=["word", "embeddings", "pixels"],

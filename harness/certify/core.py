@@ -108,6 +108,20 @@ def _fail_prob(program: Program) -> float:
     return max(probs) if probs else 0.0
 
 
+def margin_objective(program: Program, X: Tensor, y: int, idx: List[int]):
+    """V (k, len(idx), d) -> max_{j != y} z_j - z_y (k,) with rows idx of X replaced by V: >= 0 where the
+    prediction y is broken."""
+    def objective(V: Tensor) -> Tensor:
+        full = X.expand(V.shape[0], *X.shape).clone()
+        full[:, idx] = V
+        z = program.forward(full)
+        other = z.clone()
+        other[..., y] = -math.inf
+        return other.amax(-1) - z[..., y]
+
+    return objective
+
+
 def attack_radius(program: Program, X: Tensor, y: int, rows: Rows = None, start: float = 1e-3,
                   steps: int = 30, restarts: int = 3, bisections: int = 8, seed: int = 0,
                   limit: Optional[float] = None) -> float:
@@ -116,14 +130,7 @@ def attack_radius(program: Program, X: Tensor, y: int, rows: Rows = None, start:
     X = X.detach().to(torch.float64)
     idx = list(range(X.shape[0])) if rows is None else list(rows)
     base = X[idx]
-
-    def objective(V: Tensor) -> Tensor:  # (k, rows, d) -> (k,)
-        full = X.expand(V.shape[0], *X.shape).clone()
-        full[:, idx] = V
-        z = program.forward(full)
-        other = z.clone()
-        other[..., y] = -math.inf
-        return other.amax(-1) - z[..., y]
+    objective = margin_objective(program, X, y, idx)
 
     def broken(eps: float) -> bool:
         res = pgd_maximize(objective, base[None], torch.tensor([eps], dtype=X.dtype), steps=steps,
