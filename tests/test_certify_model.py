@@ -200,3 +200,17 @@ def test_prefix_jacobian_norms_are_the_dense_ones_and_the_refined_balls_hold():
         found = float(pgd_maximize(obj, X[2][None, None], torch.tensor([eps], dtype=D), steps=30, restarts=3,
                                    batch_dims=1, seed=4).value[0])
         assert found <= b.radii[k] * (1 + 1e-9)
+
+
+def test_command_certifies_a_vit_on_pixels(tmp_path, capsys):
+    import numpy as np
+
+    _vit().save_pretrained(tmp_path / "vit")
+    np.save(tmp_path / "imgs.npy", np.random.default_rng(0).random((2, 8, 8, 3)).astype("float32"))
+    argv = ["--model", str(tmp_path / "vit"), "--images", str(tmp_path / "imgs.npy"), "--no-progress", "--threads", "1"]
+    assert certify_main([*argv, "--out", str(tmp_path / "out")]) == 0
+    df = pd.read_csv(tmp_path / "out" / "table.csv")
+    assert len(df) == 2 and df["perturbation"].str.startswith("l2 on the normalized pixels").all()
+    assert (df["certified_radius"] > 0).all() and (df["certified_radius"] <= df["attack_radius"]).all()
+    assert certify_main([*argv, "--perturb", "word"]) == 2
+    assert "certified on its pixels" in capsys.readouterr().err
