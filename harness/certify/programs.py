@@ -163,7 +163,8 @@ def vit_program(model, names=None) -> Program:
                                    MLP(*_linear(fc1), *_linear(fc2), act, name=f"layer{i}.mlp")]), f"layer{i}.mlp")]
     blocks += [_ln(vit.layernorm, "layernorm"), SelectRow(0)]
     W, b = _linear(model.classifier)
-    return Program(Chain(blocks, "model"), W, b, "vit", "l2 on the normalized pixels ((x - 0.5) / 0.5: half of it in [0, 1] pixel units)")
+    return Program(Chain(blocks, "model"), W, b, "vit",
+                   "l2 on the normalized pixels ((x - 0.5) / 0.5: half of it in [0, 1] pixel units)")
 
 
 def program_for(model, names=None) -> Program:
