@@ -71,7 +71,8 @@ def derivative_range(name: str, lo: Tensor, hi: Tensor) -> Tuple[Tensor, Tensor]
     for c in _CRITICAL[name]:
         inside = (lo <= c) & (c <= hi)
         v = d(torch.full_like(lo, c))
-        small, big = torch.where(inside, torch.minimum(small, v), small), torch.where(inside, torch.maximum(big, v), big)
+        small = torch.where(inside, torch.minimum(small, v), small)
+        big = torch.where(inside, torch.maximum(big, v), big)
     return small, big
 
 
