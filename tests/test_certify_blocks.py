@@ -153,3 +153,26 @@ def test_layernorm_angle_bound_caps_the_change_at_any_radius_and_holds(r):
     if r >= 0.5:
         assert how == "layernorm angle"
     assert _attack_change(ln, X, r) <= ln.change(prep, r, None)[0] * (1 + 1e-9)
+
+
+def test_registry_ball_changes_of_the_residual_layer_with_biases_and_a_causal_mask():
+    from harness.bounds import registry
+    from harness.bounds.input_state import InputState
+
+    block = _blocks()["attention_residual"]
+    w = block.w
+    X = _g(6, 8, seed=24)
+    causal = Attention(w, causal=True, residual=True)
+    for r in (1e-3, 0.3):
+        cert = registry.ball_changes(InputState(X, w, causal=True, certify={}), r, residual=True)
+        plain = registry.ball_changes(InputState(X, w, causal=True), r, residual=True)
+        assert set(cert) == set(plain) and "second_order" in cert and "best" in cert
+        assert float(cert["best"]) == min(float(v) for k, v in cert.items() if k != "best")
+        found = _attack_change(causal, X, r)
+        assert found <= float(cert["best"]) * (1 + 1e-9)
+        F = registry.ball_changes(InputState(X, w, causal=True), r)
+        assert all(float(plain[k]) == pytest.approx(float(F[k]) + r, rel=1e-12) for k in F)  # the triangle
+    # the residual map's own second-order certificate beats the triangle inequality on a small ball
+    s = InputState(X, w, causal=True, certify={})
+    tri = float(registry.ball_changes(s, 1e-4, ["second_order"])["second_order"]) + 1e-4
+    assert float(registry.ball_changes(s, 1e-4, ["second_order"], residual=True)["second_order"]) < tri

@@ -177,6 +177,18 @@ class InputState:
             self.upper["layer"] = upper
         return value
 
+    @functools.cached_property
+    def truth_residual(self) -> Tensor:
+        """||I + J_F(X)|| of the residual layer X + F(X) (certifying mode only; its certified upper estimate is
+        upper["residual"]): what the second-order certificate of the residual map reads."""
+        if self.certify is None:
+            raise ValueError("the residual layer's constant is computed in certifying mode: InputState(certify={})")
+        c = dict(self.certify)
+        seed = c.pop("seed", 0)
+        res = truth(self.X, self.w, self.causal, False, self.tol, self.iters, seed, c, residual=True)
+        self.converged["truth_residual"], self.upper["residual"] = res.converged, res.upper
+        return res.value
+
     def all_converged(self, keys: Iterable[str]) -> Tensor:
         out = torch.ones(self.X.shape[:-2], dtype=torch.bool, device=self.X.device)
         for k in keys:

@@ -28,7 +28,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from harness.bounds import castin, jasmin, kim
-from harness.bounds.state_maps import kim_ok, lofast_limit, lofast_naive_layer, refined_c, second_order_at
+from harness.bounds.state_maps import (kim_ok, lofast_limit, lofast_naive_layer, refined_c, second_order_at,
+                                       second_order_residual_at)
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
@@ -391,10 +392,22 @@ def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Option
     return ev
 
 
-def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] = None) -> Dict[str, Tensor]:
-    """name -> delta(X, eps) (...,) of every ball-change bound (or those in `names`: unknown ones raise) at `state`."""
+def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] = None,
+                 residual: bool = False) -> Dict[str, Tensor]:
+    """name -> delta(X, eps) (...,) of every ball-change bound (or those in `names`: unknown ones raise) at `state`.
+    residual=True: of the residual layer X + F(X) (biases and the state's causal mask as for F): each certificate
+    plus eps (the identity moves by eps), and in certifying mode `second_order` (and with it `best`) also the
+    second-order certificate of the residual map itself, from the certified ||I + J_F(X)||."""
     bad = [n for n in (names or ()) if n not in ball_change_names()]
     if bad:
         raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; the registered ones are "
                          f"{', '.join(ball_change_names())}")
-    return {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}
+    out = {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}
+    if residual:
+        e = torch.as_tensor(eps, dtype=state.X.dtype, device=state.X.device)
+        out = {n: v + e for n, v in out.items()}
+        if state.certify is not None and "second_order" in out:
+            out["second_order"] = torch.minimum(out["second_order"], second_order_residual_at(state, eps))
+            if "best" in out:
+                out["best"] = torch.minimum(out["best"], out["second_order"])
+    return out

@@ -39,6 +39,15 @@ def lofast_naive_layer(s: InputState) -> Tensor:
     return lofast.theorem1_limit((s.VO_norm * s.P_norm).sum(-1), s.m_coarse, s.value_norm, s.w.dh, 1.0)
 
 
+def second_order_residual_at(s: InputState, eps) -> Tensor:
+    """The second-order certificate of the residual map X + F(X) at a certifying state: U eps + eps^2/2 K(eps) with
+    U the certified upper estimate of ||I + J_F(X)|| (the identity has no curvature, so K is F's), padded by
+    s.rounding_allowance."""
+    s.truth_residual  # noqa: B018 - fills s.upper["residual"]
+    e = torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)
+    return second_order.delta(s.upper["residual"], s.curvature, e) * s.rounding_allowance
+
+
 def second_order_at(s: InputState, eps) -> Tensor:
     """harness.bounds.second_order.delta at the state: U = the layer truth, K from the exact ||M_l||; in certifying
     mode (`certify`) U and ||M_l|| are their certified upper estimates (Lanczos values approach the norms from

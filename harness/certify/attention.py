@@ -1,11 +1,10 @@
 """The attention block of a whole-model certificate: the bound registry's ball-change certificates (biases and
 causal masks included) at the block's nominal input, in certifying mode (docs/math.md §1, §4, §6).
 
-`Attention` is the map F(X) (the model's self-attention with its output projection); with `residual=True` it is
-X + F(X) and two more certificates join: r + delta_F(r) for every registered one (the triangle inequality), and
-the second-order certificate of the residual map itself, U r + r^2 / 2 K(r) with U the certified upper estimate
-of ||I + J_F(X)|| (the identity has no curvature, so K is F's). The minimum over all of them is the block's
-change; its name is reported.
+`Attention` is the map F(X) (the model's self-attention with its output projection), or with `residual=True`
+X + F(X) (registry.ball_changes(residual=True): every certificate plus r, and the second-order certificate of the
+residual map itself from the certified ||I + J_F(X)||). The minimum over the certificates is the block's change;
+its name is reported.
 """
 from __future__ import annotations
 
@@ -17,26 +16,9 @@ from harness.bounds import registry, second_order
 from harness.bounds.input_state import InputState
 from harness.certify.block import Block, Rows
 from harness.kernels.attention import AttentionWeights, attention
+from harness.settings import FAIL_PROB
 
 Tensor = torch.Tensor
-
-
-class AttentionState:
-    """InputState in certifying mode plus, with the residual, the certified ||I + J_F(X)||."""
-
-    def __init__(self, X: Tensor, w: AttentionWeights, causal: bool, residual: bool, fail_prob: float):
-        self.s = InputState(X, w, causal, certify=dict(fail_prob=fail_prob))
-        self.residual = residual
-        self._U: Optional[Tensor] = None
-        self.fail_prob = fail_prob
-
-    @property
-    def residual_U(self) -> Tensor:
-        if self._U is None:
-            t = second_order.certified_truth(self.s.X, self.s.w, residual=True, causal=self.s.causal,
-                                             fail_prob=self.fail_prob)
-            self._U = t.upper
-        return self._U
 
 
 class Attention(Block):
@@ -45,8 +27,6 @@ class Attention(Block):
 
     def __init__(self, w: AttentionWeights, causal: bool = False, residual: bool = False,
                  names: Optional[Iterable[str]] = None, fail_prob: Optional[float] = None, name: str = "attention"):
-        from harness.settings import FAIL_PROB
-
         self.w, self.causal, self.residual, self.name = w, bool(causal), bool(residual), name
         self.names = list(names) if names is not None else [n for n in registry.ball_change_names() if n != "best"]
         bad = [n for n in self.names if n not in registry.ball_change_names()]
@@ -65,27 +45,22 @@ class Attention(Block):
         Y = attention(X, self.w.to(dtype=X.dtype, device=X.device), causal=self.causal)
         return X + Y if self.residual else Y
 
-    def prepare(self, X: Tensor) -> AttentionState:
-        return AttentionState(X, self.w, self.causal, self.residual, self.fail_prob)
+    def prepare(self, X: Tensor) -> InputState:
+        return InputState(X, self.w, self.causal, certify=dict(fail_prob=self.fail_prob))
 
-    def change(self, prep: AttentionState, r: float, rows: Rows):
-        vals = {k: float(v) for k, v in registry.ball_changes(prep.s, r, self.names).items()}
-        if self.residual:
-            vals = {f"{k} + identity": v + r for k, v in vals.items()}
-            e = torch.as_tensor(r, dtype=prep.s.X.dtype)
-            vals["second_order (residual)"] = float(second_order.delta(prep.residual_U, prep.s.curvature, e)
-                                                    * prep.s.rounding_allowance)
+    def change(self, s: InputState, r: float, rows: Rows):
+        vals = {k: float(v) for k, v in registry.ball_changes(s, r, self.names, residual=self.residual).items()}
         how = min(vals, key=vals.get)
         return vals[how], None, how
 
-    def jacobian(self, prep: AttentionState, r: float, rows: Rows):
+    def jacobian(self, s: InputState, r: float, rows: Rows):
         """J0 = the certified ||J_F(X)|| (||I + J_F(X)|| with the residual, or 1 + ||J_F(X)||); D = r K(r), K the
         second-order certificate's curvature bound over the ball (the bilinear second derivative is bounded by the
         quadratic one by polarization)."""
-        s = prep.s
         K = float(second_order.curvature(s.curvature, torch.as_tensor(r, dtype=s.X.dtype))) * s.rounding_allowance
         s.truth_layer  # noqa: B018 - fills s.upper["layer"]
         J0 = float(s.upper["layer"]) * s.rounding_allowance
         if self.residual:
-            J0 = min(1.0 + J0, float(prep.residual_U) * s.rounding_allowance)
+            s.truth_residual  # noqa: B018 - fills s.upper["residual"]
+            J0 = min(1.0 + J0, float(s.upper["residual"]) * s.rounding_allowance)
         return J0, r * K

@@ -25,7 +25,7 @@ PERTURBATIONS = ("word", "embeddings", "pixels")
 
 
 def _attention_winners(blocks) -> str:
-    """'second_order (residual) x11, refined + identity x1': which certificate bounded each attention block."""
+    """'second_order x11, refined x1': which certificate bounded each attention block."""
     c = Counter(how for name, how, _ in blocks if name.endswith("attention") and how != "unchanged")
     return ", ".join(f"{k} x{v}" for k, v in c.most_common())
 
