@@ -1,22 +1,22 @@
 """THE list of bounds of self-attention (local constants, ball constants, eps-ball changes): each declared once, here.
 
-A `Bound` says what it is (name, paper, kind: upper / lower / exact), what its value bounds (`bounds`: "local",
-the local constant ||J(X)||; "ball", a Lipschitz constant over a ball of inputs around X, hence also the local
-one; "ball_change", the change over an eps-ball, delta(X, eps) >= sup_{||X'-X||_F <= eps} ||F(X') - F(X)||_F,
-whose fn takes (state, eps): what certification propagates), at which scope it gives values (`head`:
-one value per head, (..., h); `layer`: one per multi-head layer, (...,)), which map it bounds (`map`, `residual`),
-whether it supports a causal mask, and, where it only holds in some regime, a `guaranteed(state)` predicate
-(...,) bool. Consumers (bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over
-`bounds()` instead of keeping their own lists; `register_bound` adds a user's bound the same way.
+A `Bound` says what it is (name, paper, kind: upper / lower / exact), what its value bounds (`bounds`: "local", the
+local constant ||J(X)||; "ball", a Lipschitz constant over a ball of inputs around X, hence also the local one;
+"ball_change", the change over an eps-ball, delta(X, eps) >= sup_{||X'-X||_F <= eps} ||F(X') - F(X)||_F, whose fn
+takes (state, eps): what certification propagates), at which scope it gives values (`head`: one value per head, (...,
+h); `layer`: one per multi-head layer, (...,)), which map it bounds (`map`, `residual`), whether it supports a causal
+mask, and, where it only holds in some regime, a `guaranteed(state)` predicate (...,) bool. Consumers
+(bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over `bounds()` instead of
+keeping their own lists; `register_bound` adds a user's bound the same way.
 
 The maps (docs/math.md §0), at an input X (..., n, d) with AttentionWeights w (biases as w has them):
     head map   f_l(X) = P_l(X) (X wv_l + bv_l) wo_l                    (scope "head")
     layer map  F(X)   = sum_l f_l(X) + bo   (+ X when residual)       (scope "layer")
-A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer
-entries are registered with `from_heads=True`.
+A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer entries
+are registered with `from_heads=True`.
 
-`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing what they
-read (`InputState`, harness.bounds.input_state), and returns an `Evaluation` (values, truth, flags, `.rows()`).
+`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing what they read
+(`InputState`, harness.bounds.input_state), and returns an `Evaluation` (values, truth, flags, `.rows()`).
 """
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from harness.bounds import castin, jasmin, kim
-from harness.bounds.state_maps import (kim_ok, lofast_limit, lofast_naive_layer, refined_c, second_order_at,
-                                       second_order_residual_at)
+from harness.bounds.state_maps import (kim_ok, lofast_limit, lofast_naive_layer, refined_c, residual_changes,
+                                       second_order_at)
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.plugins import load_function
-from harness.settings import SOUND_RTOL  # beyond the truth's relative accuracy in every dtype
+from harness.bounds.soundness import is_sound  # noqa: F401 - THE soundness rule, part of this interface
 
 Tensor = torch.Tensor
 
@@ -358,19 +358,6 @@ class Evaluation:
         return out
 
 
-def is_sound(kind: str, value: float, reference: float, guaranteed: bool = True) -> bool:
-    """THE soundness rule: False only for a guaranteed upper bound below its reference (the truth for a local or
-    ball bound, PGD at the same eps for a ball-change bound), or a lower bound above it, by more than SOUND_RTOL
-    relative to the reference. A guaranteed bound that is not a finite number (NaN, or an infinity that
-    promises nothing) is unsound: a bound not proven at an input is declared not guaranteed instead."""
-    if not guaranteed or kind not in ("upper", "lower"):
-        return True
-    if not math.isfinite(value):
-        return False
-    tol = SOUND_RTOL * abs(reference)
-    return not (value < reference - tol) if kind == "upper" else not (value > reference + tol)
-
-
 def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Optional[Iterable[str]] = None,
              scopes: Iterable[str] = SCOPES, tol: Optional[float] = None, iters: int = 2000,
              state: Optional[InputState] = None, cast: bool = False) -> Evaluation:
@@ -394,20 +381,11 @@ def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Option
 
 def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] = None,
                  residual: bool = False) -> Dict[str, Tensor]:
-    """name -> delta(X, eps) (...,) of every ball-change bound (or those in `names`: unknown ones raise) at `state`.
-    residual=True: of the residual layer X + F(X) (biases and the state's causal mask as for F): each certificate
-    plus eps (the identity moves by eps), and in certifying mode `second_order` (and with it `best`) also the
-    second-order certificate of the residual map itself, from the certified ||I + J_F(X)||."""
+    """name -> delta(X, eps) (...,) of every ball-change bound (or those in `names`: unknown ones raise) at `state`;
+    residual=True: of X + F(X) (state_maps.residual_changes)."""
     bad = [n for n in (names or ()) if n not in ball_change_names()]
     if bad:
-        raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; the registered ones are "
+        raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; registered: "
                          f"{', '.join(ball_change_names())}")
     out = {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}
-    if residual:
-        e = torch.as_tensor(eps, dtype=state.X.dtype, device=state.X.device)
-        out = {n: v + e for n, v in out.items()}
-        if state.certify is not None and "second_order" in out:
-            out["second_order"] = torch.minimum(out["second_order"], second_order_residual_at(state, eps))
-            if "best" in out:
-                out["best"] = torch.minimum(out["best"], out["second_order"])
-    return out
+    return residual_changes(state, eps, out) if residual else out

@@ -48,6 +48,18 @@ def second_order_residual_at(s: InputState, eps) -> Tensor:
     return second_order.delta(s.upper["residual"], s.curvature, e) * s.rounding_allowance
 
 
+def residual_changes(s: InputState, eps, out: dict) -> dict:
+    """The ball changes `out` of F (name -> (...,)) turned into those of X + F(X): each plus eps, and in certifying
+    mode second_order (and with it best) also the residual map's own second-order certificate."""
+    e = torch.as_tensor(eps, dtype=s.X.dtype, device=s.X.device)
+    out = {n: v + e for n, v in out.items()}
+    if s.certify is not None and "second_order" in out:
+        out["second_order"] = torch.minimum(out["second_order"], second_order_residual_at(s, eps))
+        if "best" in out:
+            out["best"] = torch.minimum(out["best"], out["second_order"])
+    return out
+
+
 def second_order_at(s: InputState, eps) -> Tensor:
     """harness.bounds.second_order.delta at the state: U = the layer truth, K from the exact ||M_l||; in certifying
     mode (`certify`) U and ||M_l|| are their certified upper estimates (Lanczos values approach the norms from
