@@ -34,12 +34,14 @@ def test_readme_shell_commands_name_real_targets_and_options():
 
     from harness import cli
     from harness.analyze import cli as analyze_cli
+    from harness.certify import cli as certify_cli
     from harness.data import cli as data_cli
 
     makefile = (README.parent / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z][\w-]*):", makefile, flags=re.M))
     parsers = {("python", "run_all.py"): cli.build_parser, ("attnlip", "run"): cli.build_parser,
-               ("attnlip", "analyze"): analyze_cli.parser, ("attnlip", "data"): data_cli._parser}
+               ("attnlip", "analyze"): analyze_cli.parser, ("attnlip", "certify"): certify_cli.parser,
+               ("attnlip", "data"): data_cli._parser}
     seen = set()
     for cmd in _commands():
         words = shlex.split(cmd)

@@ -49,10 +49,33 @@ def workdir(tmp_path_factory):
         "from harness.bounds import jasmin\n\n\ndef my_bound(X, w, causal=False):\n"
         "    return 2 * jasmin.bound(X, w, causal=causal)\n")
     save_bert(wd / "my_saved_model")
+    _classifiers(wd)
     (wd / "texts.txt").write_text("The cat sat on the mat.\nA dog ran in the park.\n")
     home = tmp_path_factory.mktemp("hf_home")
     put_in_cache(home / "hub", "bert-base-uncased", save_bert)
     return wd, home
+
+
+def _classifiers(wd: Path) -> None:
+    """The README's `attnlip certify` models: a small BERT sentence classifier with its tokenizer, a small ViT and
+    a .npy batch of images (random weights: the commands are what is tested)."""
+    import numpy as np
+    import torch
+    from transformers import (BertConfig, BertForSequenceClassification, BertTokenizer, ViTConfig,
+                              ViTForImageClassification)
+
+    torch.manual_seed(0)
+    words = "[PAD] [UNK] [CLS] [SEP] [MASK] a the film movie gripping funny cat sat on mat dog ran in park , .".split()
+    (wd / "my-sst2-bert").mkdir()
+    (wd / "my-sst2-bert" / "vocab.txt").write_text("\n".join(words) + "\n")
+    BertTokenizer(str(wd / "my-sst2-bert" / "vocab.txt")).save_pretrained(wd / "my-sst2-bert")
+    BertForSequenceClassification(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=32,
+                                             max_position_embeddings=32)).save_pretrained(wd / "my-sst2-bert")
+    ViTForImageClassification(ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=32, image_size=8, patch_size=4,
+                                        num_labels=3)).save_pretrained(wd / "my-vit")
+    np.save(wd / "imgs.npy", np.random.default_rng(0).random((2, 8, 8, 3)).astype("float32"))
 
 
 def _env(home: Path) -> dict:
