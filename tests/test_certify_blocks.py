@@ -65,7 +65,7 @@ def _jac(block, X):
 
 
 @pytest.mark.parametrize("name", list(_blocks()))
-@pytest.mark.parametrize("r", [1e-3, 0.3])
+@pytest.mark.parametrize("r", [1e-9, 1e-3, 0.3])
 def test_block_change_is_above_the_attack_and_the_first_order_change(name, r):
     block = _blocks()[name]
     X = _g(6, 8, seed=20)

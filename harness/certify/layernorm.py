@@ -77,12 +77,14 @@ class LayerNorm(Block):
         f = lambda t: t / torch.sqrt(t * t + c) if c > 0 else (t > 0).to(t.dtype)  # noqa: E731
         fa = f(A)
         ratio = (r / A.clamp_min(torch.finfo(A.dtype).tiny)).clamp(max=1.0)
-        cos = torch.where(r < A, torch.sqrt(1.0 - ratio.square()), -torch.ones_like(A))
+        # 1 - cos(angle) without cancellation: rho^2 / (1 + sqrt(1 - rho^2)) below the row's norm, 2 beyond it
+        omc = torch.where(r < A, ratio.square() / (1.0 + torch.sqrt(1.0 - ratio.square())), 2.0 * torch.ones_like(A))
         worst = torch.zeros_like(A)
-        for t in ((A - r).clamp_min(0.0), A + r):
+        for t in ((A - r).clamp_min(0.0), A + r):  # |phi(a') - phi(a)|^2 = (f' - f)^2 + 2 f' f (1 - cos)
             ft = f(t)
-            worst = torch.maximum(worst, (ft.square() + fa.square() - 2.0 * ft * fa * cos).clamp_min(0.0).sqrt())
-        return self.gmax * d ** 0.5 * worst
+            worst = torch.maximum(worst, ((ft - fa).square() + 2.0 * ft * fa * omc).sqrt())
+        eps = torch.finfo(A.dtype).eps
+        return self.gmax * d ** 0.5 * (worst * (1 + 16 * eps) + 16 * eps * r / A.clamp_min(eps))
 
     def jacobian(self, prep: Tensor, r: float, rows: Rows):
         """J0 = max|gamma| / sigma(x) at the nominal rows; D = r K, K = 6 max|gamma| / (sqrt(d) sigma_min(r)^2) the
