@@ -35,6 +35,7 @@ from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.plugins import load_function
 from harness.bounds.soundness import is_sound  # noqa: F401 - THE soundness rule, part of this interface
+from harness.settings import SOUND_RTOL  # noqa: F401 - its tolerance, read by the consumers of is_sound
 
 Tensor = torch.Tensor
 
