@@ -98,8 +98,8 @@ def balls(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = N
             if norms is not None and jc is not None and Dp is not None:
                 Dp = jc[1] * (norms[k] + Dp) + jc[0] * Dp
                 first = norms[k + 1] * eps + eps * Dp
-                if first < r_next:
-                    r_next, how = first, "exact prefix Jacobian"
+                if first < r_next:  # the block's certificate is named, then what replaced its radius
+                    r_next, how = first, f"{how}, then the exact prefix Jacobian"
             else:
                 Dp = None
             r = r_next

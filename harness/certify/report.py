@@ -75,8 +75,9 @@ def summary(df: pd.DataFrame, meta: Dict[str, object]) -> str:
              f"- guarantee: each certificate holds with probability >= 1 - fail_prob over Lanczos starts hashed from "
              f"the model and input (largest fail_prob: {float(df['fail_prob'].max()) if len(df) else 0:.1e}); "
              "every other step is deterministic",
-             "- routes: 'layer by layer' propagates each block's certified ball change; 'network' bounds every "
-             "margin by its exact gradient and a composed curvature bound (docs/math.md §6)", "",
+             "- routes: 'layer by layer' propagates each block's certified ball change (or, with one word moving, "
+             "the exact prefix Jacobian's radius where smaller); 'network' bounds every margin by its exact "
+             "gradient and a certified bound on the gradient's variation over the ball (docs/math.md §6)", "",
              "| # | label | pred | certified radius | attack radius | route | attention certificates | s |",
              "|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
