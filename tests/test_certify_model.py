@@ -188,7 +188,7 @@ def test_prefix_jacobian_norms_are_the_dense_ones_and_the_refined_balls_hold():
         J = torch.autograd.functional.jacobian(prefix(k), X[2]).reshape(-1, X.shape[1])
         assert norms[k] == pytest.approx(float(torch.linalg.matrix_norm(J, ord=2)), rel=1e-9)
     eps = 0.002
-    b = network.balls(tr, eps, rows, norms)
+    b = network.ball_series(tr, eps, rows, norms)[-1]
     assert any(h.endswith("then the exact prefix Jacobian") for h in b.how)  # the refinement is used
     for k in (2, 5, len(blocks)):  # every refined radius is above the change an attack finds
         f = prefix(k)

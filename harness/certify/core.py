@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 import torch
 
 from harness.certify.block import Rows, margins_certified
-from harness.certify.network import balls, network_certified
+from harness.certify.network import ball_series, network_certified
 from harness.certify.programs import Program
 from harness.kernels.pgd import pgd_maximize
 
@@ -51,10 +51,10 @@ class InputCertificate:
 
 def _certified(program: Program, trace, logits: Tensor, y: int, eps: float, rows: Rows, network,
                norms) -> Optional[str]:
-    b = balls(trace, eps, rows, norms)
-    if margins_certified(logits, y, program.W, b.radii[-1]):
+    series = ball_series(trace, eps, rows, norms)
+    if margins_certified(logits, y, program.W, series[-1].radii[-1]):
         return "layer by layer"
-    if network is not None and network_certified(network, trace, eps, rows, norms):
+    if network is not None and network_certified(network, trace, eps, rows, norms, series):
         return "network"
     return None
 
@@ -94,7 +94,7 @@ def certify_input(program: Program, X: Tensor, y: int, rows: Rows = None, networ
     out.radius = lo
     if lo > 0:
         out.route = _certified(program, trace, logits, y, lo, rows, net, norms) or ""
-        b = balls(trace, lo, rows, norms)
+        b = ball_series(trace, lo, rows, norms)[-1]
         out.blocks = [(s.block.name, how, r) for s, how, r in zip(trace.steps, b.how, b.radii[1:])]
     out.seconds = time.perf_counter() - t0
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -81,13 +81,17 @@ class Balls:
     rows: List[Rows]
     consts: List[Optional[Tuple[float, float]]]
     how: List[str]
+    dp: List[Optional[float]]  # per step output: the bound on the prefix Jacobian's variation (None: not computed)
 
 
-def balls(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = None) -> Balls:
+def balls(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = None,
+          smaller: Sequence[Balls] = ()) -> Balls:
     """The input ball of every step for input radius eps: the layer-by-layer radius change_k(r_k), or, with the exact
-    prefix Jacobian norms N_k (harness.certify.tangents), the smaller N_{k+1} eps + eps Dp_{k+1} (mean value theorem),
-    where Dp_{k+1} = D_k (N_k + Dp_k) + J0_k Dp_k bounds the prefix Jacobian's variation over the input ball."""
-    out = Balls([float(eps)], [rows], [], [])
+    prefix Jacobian norms N_k (harness.certify.tangents), the smaller N_{k+1} eps + eps int_0^1 Dp_{k+1}(t eps) dt
+    (Taylor with the integral remainder), where Dp_{k+1} = D_k (N_k + Dp_k) + J0_k Dp_k bounds the prefix Jacobian's
+    variation over the input ball. `smaller`: the balls at eps j / i for j = 1 .. i - 1 (i = len(smaller) + 1), whose
+    Dp with this one's give the upper Riemann sum of the integral (Dp grows with the radius)."""
+    out = Balls([float(eps)], [rows], [], [], [])
     r, rw, Dp = float(eps), rows, 0.0
     for k, s in enumerate(trace.steps):
         if r == 0.0 or (rw is not None and len(rw) == 0):
@@ -97,7 +101,9 @@ def balls(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = N
             r_next, rw, how = s.block.change(s.prep, r, rw)
             if norms is not None and jc is not None and Dp is not None:
                 Dp = jc[1] * (norms[k] + Dp) + jc[0] * Dp
-                first = norms[k + 1] * eps + eps * Dp
+                known = [b.dp[k] for b in smaller]
+                avg = (sum(known) + Dp) / (len(known) + 1) if all(x is not None for x in known) else Dp
+                first = norms[k + 1] * eps + eps * avg
                 if first < r_next:  # the block's certificate is named, then what replaced its radius
                     r_next, how = first, f"{how}, then the exact prefix Jacobian"
             else:
@@ -107,6 +113,16 @@ def balls(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = N
         out.radii.append(float(r))
         out.rows.append(rw)
         out.how.append(how)
+        out.dp.append(Dp if norms is not None and r > 0.0 else None)
+    return out
+
+
+def ball_series(trace: Trace, eps: float, rows: Rows, norms: Optional[List[float]] = None,
+                steps: int = STEPS) -> List[Balls]:
+    """The balls at eps i / steps, i = 1 .. steps (the last at eps), each integrating over the ones before it."""
+    out: List[Balls] = []
+    for i in range(1, steps + 1):
+        out.append(balls(trace, eps * i / steps, rows, norms, out))
     return out
 
 
@@ -123,19 +139,23 @@ def _variation(net: NetworkTerms, b: Balls) -> Optional[Tensor]:
     return V
 
 
-def margin_lower_bounds(net: NetworkTerms, trace: Trace, eps: float, rows: Rows, norms=None, steps: int = STEPS):
-    """Lower bounds of every margin over the eps-ball (C,), or None where the route does not apply."""
+def margin_lower_bounds(net: NetworkTerms, trace: Trace, eps: float, rows: Rows, norms=None,
+                        series: Optional[List[Balls]] = None):
+    """Lower bounds of every margin over the eps-ball (C,), or None where the route does not apply. series: the
+    ball_series at eps, if already computed."""
+    series = series or ball_series(trace, eps, rows, norms)
     total = torch.zeros_like(net.wdiff)
-    for i in range(1, steps + 1):
-        V = _variation(net, balls(trace, eps * i / steps, rows, norms))
+    for b in series:
+        V = _variation(net, b)
         if V is None:
             return None
-        total = total + V / steps
+        total = total + V / len(series)
     g0 = net.grad_norms(0, rows)
     return net.margins * (1 - GRAD_ROUNDING) - g0 * eps - eps * total
 
 
-def network_certified(net: NetworkTerms, trace: Trace, eps: float, rows: Rows, norms=None) -> bool:
+def network_certified(net: NetworkTerms, trace: Trace, eps: float, rows: Rows, norms=None,
+                      series: Optional[List[Balls]] = None) -> bool:
     """Whether every margin provably stays positive over the eps-ball (False where the route does not apply)."""
-    low = margin_lower_bounds(net, trace, eps, rows, norms)
+    low = margin_lower_bounds(net, trace, eps, rows, norms, series)
     return low is not None and bool((low > 0).all())
