@@ -93,7 +93,7 @@ def test_network_route_margin_bound_holds_and_is_first_order_tight(rows):
     X = m.get_input_embeddings().weight[IDS].detach()
     y = int(p.forward(X).argmax())
     tr = p.chain.trace(X)
-    net = network.prepare_network(p, tr, X, y, rows)
+    net = network.prepare_network(p, tr, X, y)
     j = 1 - y
     for r in (1e-4, 1e-2, 0.1):
         low = float(network.margin_lower_bounds(net, tr, r, rows)[j])

@@ -152,12 +152,12 @@ class InputState:
         return second_order.curvature_terms(self.X, self.w, self.m_cert, self.causal, xvo=self.value_norm,
                                             rows=self.row_terms)
 
-    def _truth(self, heads: bool):
+    def _truth(self, heads: bool, residual: bool = False):
         """kernels.layer.truth at this state: the one truth of the registry, analyze and the Castin experiments."""
         c = dict(self.certify or {})
         seed = c.pop("seed", 0)
         res = truth(self.X, self.w, self.causal, heads, self.tol, self.iters, seed,
-                    None if self.certify is None else c)  # certify={}: certifying with the defaults
+                    None if self.certify is None else c, residual=residual)  # certify={}: with the defaults
         return res.value, res.converged, res.upper
 
     @functools.cached_property
@@ -183,11 +183,8 @@ class InputState:
         upper["residual"]): what the second-order certificate of the residual map reads."""
         if self.certify is None:
             raise ValueError("the residual layer's constant is computed in certifying mode: InputState(certify={})")
-        c = dict(self.certify)
-        seed = c.pop("seed", 0)
-        res = truth(self.X, self.w, self.causal, False, self.tol, self.iters, seed, c, residual=True)
-        self.converged["truth_residual"], self.upper["residual"] = res.converged, res.upper
-        return res.value
+        value, self.converged["truth_residual"], self.upper["residual"] = self._truth(heads=False, residual=True)
+        return value
 
     def all_converged(self, keys: Iterable[str]) -> Tensor:
         out = torch.ones(self.X.shape[:-2], dtype=torch.bool, device=self.X.device)

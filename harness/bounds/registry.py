@@ -1,23 +1,25 @@
 """THE list of bounds of self-attention (local constants, ball constants, eps-ball changes): each declared once, here.
 
-A `Bound` says what it is (name, paper, kind: upper / lower / exact), what its value bounds (`bounds`: "local", the
-local constant ||J(X)||; "ball", a Lipschitz constant over a ball of inputs around X, hence also the local one;
-"ball_change", the change over an eps-ball, delta(X, eps) >= sup_{||X'-X||_F <= eps} ||F(X') - F(X)||_F, whose fn
-takes (state, eps): what certification propagates), at which scope it gives values (`head`: one value per head, (...,
-h); `layer`: one per multi-head layer, (...,)), which map it bounds (`map`, `residual`), whether it supports a causal
-mask, and, where it only holds in some regime, a `guaranteed(state)` predicate (...,) bool. Consumers
-(bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over `bounds()` instead of
-keeping their own lists; `register_bound` adds a user's bound the same way.
+A `Bound` says what it is (name, paper, kind: upper / lower / exact), what its value bounds (`bounds`: "local",
+the local constant ||J(X)||; "ball", a Lipschitz constant over a ball of inputs around X, hence also the local
+one; "ball_change", the change over an eps-ball, delta(X, eps) >= sup_{||X'-X||_F <= eps} ||F(X') - F(X)||_F,
+whose fn takes (state, eps): what certification propagates), at which scope it gives values (`head`:
+one value per head, (..., h); `layer`: one per multi-head layer, (...,)), which map it bounds (`map`, `residual`),
+whether it supports a causal mask, and, where it only holds in some regime, a `guaranteed(state)` predicate
+(...,) bool. Consumers (bound_leaderboard, the JaSMin experiments, `attnlip analyze`, certification) iterate over
+`bounds()` instead of keeping their own lists; `register_bound` adds a user's bound the same way.
 
 The maps (docs/math.md §0), at an input X (..., n, d) with AttentionWeights w (biases as w has them):
     head map   f_l(X) = P_l(X) (X wv_l + bv_l) wo_l                    (scope "head")
     layer map  F(X)   = sum_l f_l(X) + bo   (+ X when residual)       (scope "layer")
-A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer entries
-are registered with `from_heads=True`.
+A per-head upper bound b_l gives the layer bound sum_l b_l (triangle inequality; bo is a constant); such layer
+entries are registered with `from_heads=True`.
 
-`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing what they read
-(`InputState`, harness.bounds.input_state), and returns an `Evaluation` (values, truth, flags, `.rows()`).
+`evaluate(X, w, causal=...)` computes every registered bound (or `names`) for one input state, sharing what they
+read (`InputState`, harness.bounds.input_state), and returns an `Evaluation` (values, truth, flags, `.rows()`).
 """
+from __future__ import annotations
+
 from __future__ import annotations
 
 import inspect
@@ -297,6 +299,14 @@ def ball_change_names() -> List[str]:
     return bound_names(what=["ball_change"])
 
 
+def check_ball_change_names(names: Iterable[str]) -> None:
+    """ValueError naming every one of `names` that is not a registered ball-change certificate."""
+    bad = [n for n in names if n not in ball_change_names()]
+    if bad:
+        raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; the registered ones are "
+                         f"{', '.join(ball_change_names())}")
+
+
 def get(name: str, scope: str) -> Bound:
     try:
         return _BOUNDS[(name, scope)]
@@ -384,9 +394,6 @@ def ball_changes(state: InputState, eps: float, names: Optional[Iterable[str]] =
                  residual: bool = False) -> Dict[str, Tensor]:
     """name -> delta(X, eps) (...,) of every ball-change bound (or those in `names`: unknown ones raise) at `state`;
     residual=True: of X + F(X) (state_maps.residual_changes)."""
-    bad = [n for n in (names or ()) if n not in ball_change_names()]
-    if bad:
-        raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; registered: "
-                         f"{', '.join(ball_change_names())}")
+    check_ball_change_names(names or ())
     out = {b.name: b.fn(state, eps) for b in bounds(names=names, causal=state.causal or None, what="ball_change")}
     return residual_changes(state, eps, out) if residual else out

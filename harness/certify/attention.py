@@ -29,10 +29,7 @@ class Attention(Block):
                  names: Optional[Iterable[str]] = None, fail_prob: Optional[float] = None, name: str = "attention"):
         self.w, self.causal, self.residual, self.name = w, bool(causal), bool(residual), name
         self.names = list(names) if names is not None else [n for n in registry.ball_change_names() if n != "best"]
-        bad = [n for n in self.names if n not in registry.ball_change_names()]
-        if bad:
-            raise ValueError(f"not a ball-change certificate: {', '.join(map(repr, bad))}; the registered ones are "
-                             f"{', '.join(registry.ball_change_names())}")
+        registry.check_ball_change_names(self.names)
         self.fail_prob = FAIL_PROB if fail_prob is None else float(fail_prob)
 
     @property
@@ -42,7 +39,7 @@ class Attention(Block):
         return 2 + self.w.h + int(self.residual)
 
     def forward(self, X: Tensor) -> Tensor:
-        Y = attention(X, self.w.to(dtype=X.dtype, device=X.device), causal=self.causal)
+        Y = attention(X, self.w, causal=self.causal)  # float64 weights and inputs, as programs build them
         return X + Y if self.residual else Y
 
     def prepare(self, X: Tensor) -> InputState:

@@ -100,7 +100,7 @@ def _inputs(a, model):
         if name.lower().replace("-", "_") != "sst2":
             raise validate.UsageError("--dataset", f"{a.dataset!r}: certify reads labelled sst2[:dev|train]",
                                       "pass --dataset sst2:dev, or texts with --text / --text-file")
-        split = {"": "dev", "validation": "dev", "dev": "dev", "train": "train"}.get(split)
+        split = I.SHIPPED["sst2"].get(split or "dev")  # the split names analyze reads sst2 with
         if split is None:
             raise validate.UsageError("--dataset", f"{a.dataset!r}: unknown split", "use sst2:dev or sst2:train")
         texts, labels = corpora.load_labeled("sst2", split)

@@ -22,6 +22,7 @@ from harness.certify.block import Rows, margins_certified
 from harness.certify.network import ball_series, network_certified
 from harness.certify.programs import Program
 from harness.kernels.pgd import pgd_maximize
+from harness.models.certify import margins
 
 Tensor = torch.Tensor
 REL_TOL = 1e-3  # the radius bisection stops when hi / lo < 1 + REL_TOL
@@ -49,14 +50,14 @@ class InputCertificate:
         return not (self.radius > self.attack_radius)
 
 
-def _certified(program: Program, trace, logits: Tensor, y: int, eps: float, rows: Rows, network,
-               norms) -> Optional[str]:
+def _certified(program: Program, trace, logits: Tensor, y: int, eps: float, rows: Rows, network, norms):
+    """(the route that certifies eps, or None; the balls of every step at eps)."""
     series = ball_series(trace, eps, rows, norms)
     if margins_certified(logits, y, program.W, series[-1].radii[-1]):
-        return "layer by layer"
+        return "layer by layer", series
     if network is not None and network_certified(network, trace, eps, rows, norms, series):
-        return "network"
-    return None
+        return "network", series
+    return None, series
 
 
 def certify_input(program: Program, X: Tensor, y: int, rows: Rows = None, network: bool = True,
@@ -70,42 +71,31 @@ def certify_input(program: Program, X: Tensor, y: int, rows: Rows = None, networ
     trace = program.chain.trace(X)
     logits = (trace.output @ program.W + program.b)[0]
     pred = int(logits.argmax())
-    top = logits.clone()
-    top[y] = -math.inf
-    margin = float(logits[y] - top.max())
-    fail = program.estimates * _fail_prob(program)
-    out = InputCertificate(int(y), pred, margin, 0.0, "", fail_prob=fail)
+    margin = float(margins(logits[None], torch.tensor([int(y)]))[0])
+    out = InputCertificate(int(y), pred, margin, 0.0, "", fail_prob=program.fail_prob)
     if pred != y:
         out.seconds = time.perf_counter() - t0
         return out
-    net = prepare_network(program, trace, X, y, rows) if network else None
+    net = prepare_network(program, trace, X, y) if network else None
     norms = prefix_norms(trace, rows) if network else None
     scale = float(torch.linalg.vector_norm(X if rows is None else X[list(rows)])) or 1.0
     lo, hi = 0.0, scale * 1e-3
-    while _certified(program, trace, logits, y, hi, rows, net, norms) and hi < scale * 1e6:
+    while _certified(program, trace, logits, y, hi, rows, net, norms)[0] and hi < scale * 1e6:
         lo, hi = hi, hi * 4.0
     if lo == 0.0:  # shrink until something is certified (or the margin is within rounding)
-        while hi > scale * 1e-12 and not _certified(program, trace, logits, y, hi / 4.0, rows, net, norms):
+        while hi > scale * 1e-12 and not _certified(program, trace, logits, y, hi / 4.0, rows, net, norms)[0]:
             hi /= 4.0
         lo = hi / 4.0 if hi > scale * 1e-12 else 0.0
     while lo > 0 and hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _certified(program, trace, logits, y, mid, rows, net, norms) else (lo, mid)
+        lo, hi = (mid, hi) if _certified(program, trace, logits, y, mid, rows, net, norms)[0] else (lo, mid)
     out.radius = lo
     if lo > 0:
-        out.route = _certified(program, trace, logits, y, lo, rows, net, norms) or ""
-        b = ball_series(trace, lo, rows, norms)[-1]
+        route, series = _certified(program, trace, logits, y, lo, rows, net, norms)
+        out.route, b = route or "", series[-1]
         out.blocks = [(s.block.name, how, r) for s, how, r in zip(trace.steps, b.how, b.radii[1:])]
     out.seconds = time.perf_counter() - t0
     return out
-
-
-def _fail_prob(program: Program) -> float:
-    from harness.certify.attention import Attention
-    from harness.certify.programs import _leaves
-
-    probs = [b.fail_prob for b in _leaves(program.chain) if isinstance(b, Attention)]
-    return max(probs) if probs else 0.0
 
 
 def margin_objective(program: Program, X: Tensor, y: int, idx: List[int]):
@@ -115,9 +105,7 @@ def margin_objective(program: Program, X: Tensor, y: int, idx: List[int]):
         full = X.expand(V.shape[0], *X.shape).clone()
         full[:, idx] = V
         z = program.forward(full)
-        other = z.clone()
-        other[..., y] = -math.inf
-        return other.amax(-1) - z[..., y]
+        return -margins(z, torch.full(z.shape[:1], int(y)))
 
     return objective
 

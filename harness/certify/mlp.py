@@ -163,23 +163,23 @@ class Dense(Block):
     def forward(self, X: Tensor) -> Tensor:
         return self.fn(self._pre(X))
 
-    def prepare(self, X: Tensor) -> Tensor:
-        return self._pre(X)
+    def prepare(self, X: Tensor) -> Tuple[Tensor, Tensor]:
+        """(pre-activations (n, d'), ||W diag(act'(u_i))|| per row (n,): J0 at the nominal rows, exact)."""
+        U = self._pre(X)
+        return U, _norm(self.W.unsqueeze(0) * ACTIVATIONS[self.act][1](U).unsqueeze(-2))
 
-    def change(self, prep: Tensor, r: float, rows: Rows):
-        U = prep if rows is None else prep[list(rows)]
+    def change(self, prep, r: float, rows: Rows):
+        U = prep[0] if rows is None else prep[0][list(rows)]
         rho = self.col * r
         s = max_abs_derivative(self.act, U - rho, U + rho)  # (rows, d')
         local = float(_norm(self.W.unsqueeze(0) * s.unsqueeze(-2)).max()) * r
         return (local, rows, "dense local") if local <= self.lip * r else (self.lip * r, rows, "dense global")
 
-    def jacobian(self, prep: Tensor, r: float, rows: Rows):
-        """J0 = ||W diag(act'(u))|| per row (exact); D = ||W diag(t)|| with t_j the largest |act'(u') - act'(u_j)| on
-        [u_j - rho_j, u_j + rho_j] (diag(delta / t) has norm <= 1)."""
-        U = prep if rows is None else prep[list(rows)]
-        _, d, _, _ = ACTIVATIONS[self.act]
-        s0 = d(U)
+    def jacobian(self, prep, r: float, rows: Rows):
+        """J0 = ||W diag(act'(u))|| per row (exact, from prepare); D = ||W diag(t)|| with t_j the largest
+        |act'(u') - act'(u_j)| on [u_j - rho_j, u_j + rho_j] (diag(delta / t) has norm <= 1)."""
+        U, J0 = prep if rows is None else (prep[0][list(rows)], prep[1][list(rows)])
+        s0 = ACTIVATIONS[self.act][1](U)
         lo, hi = derivative_range(self.act, U - self.col * r, U + self.col * r)
         t = torch.maximum(hi - s0, s0 - lo)
-        J0 = float(_norm(self.W.unsqueeze(0) * s0.unsqueeze(-2)).max())
-        return J0, float(_norm(self.W.unsqueeze(0) * t.unsqueeze(-2)).max())
+        return float(J0.max()), float(_norm(self.W.unsqueeze(0) * t.unsqueeze(-2)).max())

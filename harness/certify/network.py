@@ -45,7 +45,7 @@ class NetworkTerms:
         return torch.linalg.vector_norm(g.flatten(1), dim=-1) * (1 + GRAD_ROUNDING)
 
 
-def prepare_network(program, trace: Trace, X: Tensor, y: int, rows: Rows) -> NetworkTerms:
+def prepare_network(program, trace: Trace, X: Tensor, y: int) -> NetworkTerms:
     """The margins at X (n, d_in), label y, and their exact gradients at every step's input (one backward pass
     per class)."""
     inputs = []

@@ -39,9 +39,10 @@ class Program:
     perturbation: str  # what eps measures
 
     @property
-    def estimates(self) -> int:
-        """Certified Lanczos estimates one input's certificate rests on (the union bound's count)."""
-        return sum(b.estimates for b in _leaves(self.chain) if isinstance(b, Attention))
+    def fail_prob(self) -> float:
+        """Failure probability of one input's certificate: the union bound over the certified Lanczos estimates of
+        every attention block."""
+        return sum(b.estimates * b.fail_prob for b in _leaves(self.chain) if isinstance(b, Attention))
 
     def forward(self, X: Tensor) -> Tensor:
         """Logits (..., C) at the perturbed input X (..., n, d_in)."""
