@@ -16,6 +16,7 @@ from typing import List, Optional
 from harness.analyze import validate
 from harness.analyze.options import ANALYZE_DTYPES
 from harness.errors import MissingData
+from harness.plugins import TIMEOUT_ENV, TIMEOUT_S
 
 EPILOG = """examples:
   attnlip analyze --model minilm --text "The cat sat on the mat." --out /tmp/an
@@ -49,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eps", type=float, default=1e-2, help="radius >= 0 of Theorem 1's delta and PGD (0: skip "
                                                            "them)")
     p.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
-                   help="a plug-in bound f(X, w[, causal]) -> per-head (..., h) values (repeatable)")
+                   help="a plug-in bound f(X, w[, causal]) -> per-head (..., h) values (repeatable; each call "
+                        f"may take ${TIMEOUT_ENV} s, default {TIMEOUT_S:g})")
     p.add_argument("--methods", default=None, help="comma-separated registry bounds to evaluate (default all)")
     p.add_argument("--pgd-steps", type=int, default=20, help="PGD steps >= 0 (0: skip PGD)")
     p.add_argument("--seed", type=int, default=0)
