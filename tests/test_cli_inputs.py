@@ -1,0 +1,34 @@
+"""What `attnlip analyze` and run_all.py are handed is checked, and what they print is whole: a damaged data file,
+a text of invisible characters and a seed no generator takes are one error line and exit 2 (never a made-up input,
+an analysis of special tokens alone or a traceback); --help ends its last line; --no-progress silences the model
+library's progress bars too."""
+from __future__ import annotations
+
+import pytest
+
+from harness import cli as run_cli
+from harness.analyze import cli
+
+TEXT = "The cat sat on the mat."
+
+
+def _refused(capsys, argv, *parts, prog="attnlip analyze", main=cli.main):
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in out + err and err.count("\n") == 1 and err.startswith(f"{prog}: error: "), err
+    for p in parts:
+        assert p in err, err
+    return err
+
+
+def test_a_truncated_mirror_file_is_an_error_not_an_input(tmp_path, monkeypatch, capsys):
+    from tests._tiny_mirror import build
+
+    root = build(tmp_path / "mirror")
+    f = root / "ag_news" / "test.csv"
+    whole = f.read_text(encoding="utf-8")
+    f.write_text(whole[: whole.index("\n", 200) + 20], encoding="utf-8")  # cut 20 characters into a row
+    monkeypatch.setenv("ATTNLIP_DATA", str(root))
+    _refused(capsys, ["--model", "tiny-bert", "--dataset", "ag_news", "--samples", "3", "--no-progress"],
+             f"{f}, line", "truncated or damaged", "copy ag_news/test.csv into the mirror again")
