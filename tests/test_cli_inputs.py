@@ -32,3 +32,16 @@ def test_a_truncated_mirror_file_is_an_error_not_an_input(tmp_path, monkeypatch,
     monkeypatch.setenv("ATTNLIP_DATA", str(root))
     _refused(capsys, ["--model", "tiny-bert", "--dataset", "ag_news", "--samples", "3", "--no-progress"],
              f"{f}, line", "truncated or damaged", "copy ag_news/test.csv into the mirror again")
+
+
+@pytest.mark.parametrize("text, shown", [("\u200b\u200b", "U+200B U+200B"), ("\u202e", "U+202E"),
+                                         ("\ufeff \u2060", "U+FEFF U+2060"), ("\x00", "U+0000")])
+def test_a_text_of_invisible_characters_is_empty(capsys, text, shown):
+    _refused(capsys, ["--model", "tiny-bert", "--text", TEXT, "--text", text, "--no-progress"],
+             "--text: text 2 is empty", f"invisible characters only: {shown}")
+
+
+def test_a_text_the_tokenizer_drops_entirely_is_refused(capsys):
+    """Combining accents alone are visible, but BERT's uncased tokenizer strips them: no token of the text's own."""
+    _refused(capsys, ["--model", "tiny-bert", "--text", TEXT, "--text", "\u0301\u0301", "--layers", "0", "--eps",
+                      "0", "--no-progress"], "text 2 holds no token beside the tokenizer's special tokens")
