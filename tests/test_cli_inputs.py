@@ -45,3 +45,11 @@ def test_a_text_the_tokenizer_drops_entirely_is_refused(capsys):
     """Combining accents alone are visible, but BERT's uncased tokenizer strips them: no token of the text's own."""
     _refused(capsys, ["--model", "tiny-bert", "--text", TEXT, "--text", "\u0301\u0301", "--layers", "0", "--eps",
                       "0", "--no-progress"], "text 2 holds no token beside the tokenizer's special tokens")
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999999", "-1", str(2**63)])
+def test_a_seed_no_generator_takes_is_a_usage_error(capsys, tmp_path, seed):
+    _refused(capsys, ["--model", "tiny-bert", "--text", TEXT, "--seed", seed, "--no-progress"],
+             f"--seed: {seed} is not a seed", "from 0 to")
+    _refused(capsys, ["castin_gamma", "--scale", "test", "--seed", seed, "--results-dir", str(tmp_path), "--dry-run"],
+             f"--seed {seed} is not a seed", prog="run_all.py", main=run_cli.main)

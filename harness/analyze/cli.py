@@ -139,6 +139,15 @@ def check_pgd_steps(steps: int) -> None:
                                   f"pass at most {MAX_PGD_STEPS} (default 20; the papers use 10-200)")
 
 
+def check_seed(seed: int) -> None:
+    """--seed: what every generator seeded with it accepts (harness.config.seed_problem), else a UsageError."""
+    from harness.config import seed_problem
+
+    problem = seed_problem(seed)
+    if problem:
+        raise validate.UsageError("--seed", *problem)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "analyze":
@@ -240,6 +249,7 @@ def _analysis(a) -> int:
     try:
         threads(a.threads)
         check_pgd_steps(a.pgd_steps)
+        check_seed(a.seed)
         validate.check_options(a)
         check_out(a.out)
         check_model_folder(a.model)
