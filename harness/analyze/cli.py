@@ -155,9 +155,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)  # exits 2 itself on a malformed command line
     import torch
 
+    from harness.process import progress_bars_silenced
+
     before = torch.get_num_threads()
     try:
-        return _run(a)
+        with progress_bars_silenced(a.no_progress):  # the model library's bars too (weight loading)
+            return _run(a)
     finally:
         torch.set_num_threads(before)  # in-process callers get their thread count back
 

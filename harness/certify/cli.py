@@ -114,11 +114,13 @@ def _inputs(a, model):
 def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     from harness.analyze.cli import check_out, threads
+    from harness.process import progress_bars_silenced
 
     try:
         out = check_out(a.out)
         threads(a.threads, "attnlip certify")
-        return _run(a, out)
+        with progress_bars_silenced(a.no_progress):  # the model library's bars too (weight loading)
+            return _run(a, out)
     except (validate.UsageError, MissingData, ValueError) as e:
         print(f"attnlip certify: {e}", file=sys.stderr)
         return 2
