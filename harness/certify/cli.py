@@ -143,6 +143,11 @@ def _run(a, out: Optional[Path]) -> int:
           f"radius {s['median_attack_radius']:.4g}; violations {s['violations']}")
     if out is not None:
         meta = dict(model=a.model, perturbation=rows[0]["perturbation"] if rows else perturb)
-        for p in report.write(df, out, meta):
+        try:
+            written = report.write(df, out, meta)
+        except OSError as e:  # checked writable before computing; the disk filled up or the folder went away since
+            print(f"attnlip certify: error: writing {out} failed: {e.__class__.__name__}: {e}", file=sys.stderr)
+            return 1
+        for p in written:
             print(f"wrote {p}")
     return 1 if s["violations"] else 0
