@@ -53,3 +53,21 @@ def test_a_seed_no_generator_takes_is_a_usage_error(capsys, tmp_path, seed):
              f"--seed: {seed} is not a seed", "from 0 to")
     _refused(capsys, ["castin_gamma", "--scale", "test", "--seed", seed, "--results-dir", str(tmp_path), "--dry-run"],
              f"--seed {seed} is not a seed", prog="run_all.py", main=run_cli.main)
+
+
+def test_certify_refuses_an_invisible_text(tmp_path, capsys):
+    import torch
+    import transformers
+
+    from harness.certify import cli as certify_cli
+    from tests.test_analyze import _bert_tokenizer
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=16, max_position_embeddings=32, num_labels=2)
+    transformers.BertForSequenceClassification(cfg).save_pretrained(tmp_path)
+    _bert_tokenizer().save_pretrained(tmp_path)
+    capsys.readouterr()  # transformers' "Writing model shards" bar
+    rc = certify_cli.main(["--model", str(tmp_path), "--text", "\u200b\u202e", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--text: text 1 is empty (invisible characters only" in err, err

@@ -86,6 +86,7 @@ def _inputs(a, model):
     if a.samples is not None and a.samples < 1:
         raise validate.UsageError("--samples", f"{a.samples}", "pass K >= 1")
     if a.text:
+        validate.check_texts(a.text, "--text")
         return a.text[:k] if k else a.text, None
     if a.text_file:
         if not os.path.isfile(a.text_file):
