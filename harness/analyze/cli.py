@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
                         f"may take ${TIMEOUT_ENV} s, default {TIMEOUT_S:g})")
     p.add_argument("--methods", default=None, help="comma-separated registry bounds to evaluate (default all)")
     p.add_argument("--pgd-steps", type=int, default=20, help="PGD steps >= 0 (0: skip PGD)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random starts, PGD and the dataset rows drawn "
+                                                       "(0 to 2**63 - 1)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads >= 1 (default: $ATTNLIP_THREADS, $OMP_NUM_THREADS, else the cores free now, "
                         "from the 1-minute load average; a note says when that leaves cores unused)")
