@@ -8,6 +8,11 @@ plugin_sources hashes the file of every plug-in a cell evaluates, from --bound a
 Modules are found as `python -m` finds them: on sys.path, and in the current working directory, which the
 `attnlip` and `run_all.py` entry points do not put on sys.path themselves. The working directory is searched
 only when the installed packages do not have the module, so a local folder never shadows an installed package.
+
+Every call of a plug-in goes through `guarded` (load_function wraps what it loads; the bound registry wraps any
+other callable it registers): private copies of its inputs, a time limit ($ATTNLIP_PLUGIN_TIMEOUT), and a
+PluginError naming it for whatever goes wrong, so the user's code can neither change another bound's inputs nor
+end, hang or crash the command.
 """
 from __future__ import annotations
 
