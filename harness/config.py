@@ -88,6 +88,26 @@ def check_threads(threads: Optional[int], workers: int = 1) -> None:
         raise ValueError(f"--threads {problem[0]}; {problem[1]}")
 
 
+# The seeds every generator the toolkit seeds accepts: torch's take 64-bit integers, numpy's Generator and the
+# `datasets` shuffles non-negative ones; up to 2**63 - 1 leaves room for the offsets added to a run's seed
+# (harness.context.Context.generator).
+SEED_MAX = 2**63 - 1
+
+
+def seed_problem(seed) -> Optional[Tuple[str, str]]:
+    """(what is wrong, the fix) for --seed, or None when it is a whole number from 0 to SEED_MAX."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        return f"{seed!r} is not a seed", f"give a whole number from 0 to {SEED_MAX} (2**63 - 1)"
+    return None
+
+
+def check_seed(seed) -> None:
+    """ValueError naming seed_problem's fault and fix, if any."""
+    problem = seed_problem(seed)
+    if problem:
+        raise ValueError(f"--seed {problem[0]}; {problem[1]}")
+
+
 def _proc_stat() -> Optional[dict]:
     """{cpu index: (busy jiffies, total jiffies)} from /proc/stat's per-CPU lines; None where there is none."""
     try:

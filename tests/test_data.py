@@ -85,6 +85,33 @@ def test_mirror_corpora(shared_data):
     assert text.load_corpus("sst2", "dev") == list(t)
 
 
+AG_HEAD = "label,title,description\n1,Talks Resume,\"The minister said, talks (World).\"\n"
+
+
+@pytest.mark.parametrize("name, file, content, where", [
+    ("ag_news", "ag_news/test.csv", AG_HEAD + "3,Fears for T N", "line 3: 2 field(s)"),  # cut mid-row
+    ("ag_news", "ag_news/test.csv", AG_HEAD + '3,Fears for Pension,"Unions representing wor', "line 3: not CSV"),
+    ("ag_news", "ag_news/test.csv", AG_HEAD + "7,Title,Text\n", "line 3: 3 field(s) ['7'"),
+    ("ag_news", "ag_news/test.csv", "label,title\n1,T\n", "line 1: header"),
+    ("sst2", "sst2/train.tsv", "label\tsentence\n1\ta fine film\n0", "line 3: '0' where"),
+    ("sst2", "sst2/train.tsv", "label\tsentence\n1\ta fine film\nx\tdull\n", "line 3: 'x\\tdull'"),
+])
+def test_a_damaged_mirror_file_is_named_not_read(tmp_path, monkeypatch, name, file, content, where):
+    """A mirror file cut off mid-row (or otherwise not in its format) is an error naming the file, the line and
+    the fix, never a text made of what is left ("Fears for T N None") or a traceback."""
+    from harness.errors import MissingData
+
+    (tmp_path / "sst2").mkdir()
+    (tmp_path / "sst2" / "dev.tsv").write_text("label\tcontent\n1\ta good film\n")  # the mirror needs both splits
+    (tmp_path / file).parent.mkdir(exist_ok=True)
+    (tmp_path / file).write_text(content, encoding="utf-8")
+    monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path))
+    with pytest.raises(MissingData, match="truncated or damaged") as e:
+        text.load_corpus(name)
+    assert str(e.value).startswith(f"{tmp_path / file}, {where}"), str(e.value)
+    assert "copy " + file + " into the mirror again" in e.value.fix
+
+
 def test_real_corpora_sizes(real_mirror):
     assert len(text.load_corpus("ag_news")) == 7600
     assert len(text.load_corpus("sst2")) == 67349 and len(text.load_corpus("sst2", "dev")) == 872

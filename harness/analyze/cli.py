@@ -16,6 +16,7 @@ from typing import List, Optional
 from harness.analyze import validate
 from harness.analyze.options import ANALYZE_DTYPES
 from harness.errors import MissingData
+from harness.plugins import TIMEOUT_ENV, TIMEOUT_S
 
 EPILOG = """examples:
   attnlip analyze --model minilm --text "The cat sat on the mat." --out /tmp/an
@@ -49,10 +50,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eps", type=float, default=1e-2, help="radius >= 0 of Theorem 1's delta and PGD (0: skip "
                                                            "them)")
     p.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
-                   help="a plug-in bound f(X, w[, causal]) -> per-head (..., h) values (repeatable)")
+                   help="a plug-in bound f(X, w[, causal]) -> per-head (..., h) values (repeatable; each call "
+                        f"may take ${TIMEOUT_ENV} s, default {TIMEOUT_S:g})")
     p.add_argument("--methods", default=None, help="comma-separated registry bounds to evaluate (default all)")
     p.add_argument("--pgd-steps", type=int, default=20, help="PGD steps >= 0 (0: skip PGD)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random starts, PGD and the dataset rows drawn "
+                                                       "(0 to 2**63 - 1)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads >= 1 (default: $ATTNLIP_THREADS, $OMP_NUM_THREADS, else the cores free now, "
                         "from the 1-minute load average; a note says when that leaves cores unused)")
@@ -137,6 +140,15 @@ def check_pgd_steps(steps: int) -> None:
                                   f"pass at most {MAX_PGD_STEPS} (default 20; the papers use 10-200)")
 
 
+def check_seed(seed: int) -> None:
+    """--seed: what every generator seeded with it accepts (harness.config.seed_problem), else a UsageError."""
+    from harness.config import seed_problem
+
+    problem = seed_problem(seed)
+    if problem:
+        raise validate.UsageError("--seed", *problem)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "analyze":
@@ -144,9 +156,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)  # exits 2 itself on a malformed command line
     import torch
 
+    from harness.process import progress_bars_silenced
+
     before = torch.get_num_threads()
     try:
-        return _run(a)
+        with progress_bars_silenced(a.no_progress):  # the model library's bars too (weight loading)
+            return _run(a)
     finally:
         torch.set_num_threads(before)  # in-process callers get their thread count back
 
@@ -238,6 +253,7 @@ def _analysis(a) -> int:
     try:
         threads(a.threads)
         check_pgd_steps(a.pgd_steps)
+        check_seed(a.seed)
         validate.check_options(a)
         check_out(a.out)
         check_model_folder(a.model)

@@ -147,6 +147,7 @@ def analyze(model, inputs, options: Optional[AnalyzeOptions] = None, *, tokenize
     call, mask, labels = model_inputs(mdl, texts, tk, budget, forward_device(mdl))
     if is_text:
         validate.check_tokenizer(mdl, tk, call["input_ids"], mask, notices)
+        validate.check_real_tokens(call["input_ids"], mask, tk)
         validate.truncation_notice(tk, texts, budget, validate.position_limit(mdl), notices)
     got = adapter.capture(call, layers)["inputs"]
     causal = adapter.causal

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
 import pandas as pd
+
+from harness.store.atomic import staged_files
 
 SHORT = {"truth": "truth", "truth_upper": "KW", "kim": "Kim", "castin": "Castin", "jasmin": "JaSMin",
          "jasmin_g1": "JaSMin-g1", "lofast_fine": "LoF-fine", "lofast_coarse": "LoF-coarse",
@@ -337,20 +338,21 @@ def summary_md(df, meta: dict) -> str:
 
 
 def write(df, outdir, meta: dict) -> dict:
-    """Write every output into `outdir`; returns the report dict (also report.json)."""
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "table.csv", index=False)
-    df.to_parquet(out / "table.parquet", index=False)
-    distribution(df).to_csv(out / "distribution.csv", index=False)
-    heatmap(df, out / "heatmap.png", meta)
-    layer_plot(df, out / "layers.png", meta)
-    (out / "summary.md").write_text(summary_md(df, meta))
+    """Write every output into `outdir`; returns the report dict (also report.json). All are written into a temp
+    folder first and then moved into place (store.atomic.staged_files): a failed write (a full disk) leaves the
+    files `outdir` held before, complete, and no partial one."""
     bad = unsound(df)
     rep = dict(meta, sound=bool(len(bad) == 0), unsound_methods=sorted(set(bad["method"])),
                inputs=int(df["input"].nunique()), rows=int(len(df)),
                methods={m: dict(median_ratio=float(g["ratio"].median()), max_ratio=float(g["ratio"].max()),
                                 min_ratio=float(g["ratio"].min()), sound=bool(g["sound"].all()))
                         for m, g in df[df["scope"] == "layer"].groupby("method")})
-    (out / "report.json").write_text(json.dumps(rep, indent=2, default=str))
+    with staged_files(outdir) as out:
+        df.to_csv(out / "table.csv", index=False)
+        df.to_parquet(out / "table.parquet", index=False)
+        distribution(df).to_csv(out / "distribution.csv", index=False)
+        heatmap(df, out / "heatmap.png", meta)
+        layer_plot(df, out / "layers.png", meta)
+        (out / "summary.md").write_text(summary_md(df, meta))
+        (out / "report.json").write_text(json.dumps(rep, indent=2, default=str))
     return rep

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import unicodedata
 from typing import Iterable, List, Optional, Sequence
 
 import torch
@@ -96,14 +97,46 @@ def check_device(device) -> torch.device:
     return dev
 
 
+# Unicode categories that show nothing: separators (spaces, line and paragraph separators), control characters and
+# format characters (zero-width spaces and joiners, bidirectional marks and overrides, the byte-order mark).
+INVISIBLE = ("Zs", "Zl", "Zp", "Cc", "Cf")
+
+
 def check_texts(texts: Sequence[str], option: str, where: str = "") -> None:
-    """Every text non-empty (an empty text would analyze only the tokenizer's special tokens)."""
+    """Every text holds a visible character (an empty text, or one of spaces, zero-width or bidirectional marks
+    only, would analyze the tokenizer's special tokens alone)."""
     if not texts:
         raise UsageError(option, f"{where or 'the input'} holds no text",
                          "give at least one non-empty text" + (" (one per line)" if option == "--text-file" else ""))
     for i, t in enumerate(texts):
-        if not str(t).strip():
-            raise UsageError(option, f"text {i + 1} is empty", "give non-empty texts")
+        t = str(t)
+        if not any(unicodedata.category(c) not in INVISIBLE for c in t):
+            shown = " ".join(f"U+{ord(c):04X}" for c in t[:8] if not c.isspace()) + (" ..." if len(t) > 8 else "")
+            raise UsageError(option, f"text {i + 1} is empty" + (f" (invisible characters only: {shown})"
+                                                                   if shown else ""), "give non-empty texts")
+
+
+def real_tokens(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], tokenizer) -> torch.Tensor:
+    """Bool mask of the text's own tokens: not padding, not one of the tokenizer's special tokens ([UNK] counts as
+    the text's)."""
+    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    unk = getattr(tokenizer, "unk_token_id", None)
+    specials = [i for i in getattr(tokenizer, "all_special_ids", []) if i != unk]
+    if specials and input_ids.numel():
+        real = real & ~torch.isin(input_ids, torch.tensor(specials, dtype=input_ids.dtype))
+    return real
+
+
+def check_real_tokens(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], tokenizer) -> None:
+    """Every text keeps a token of its own beside the tokenizer's special tokens (a tokenizer drops characters it
+    cannot read: a text of those alone would analyze [CLS] [SEP] only)."""
+    if input_ids.dim() != 2:
+        return
+    empty = [i + 1 for i, k in enumerate(real_tokens(input_ids, attention_mask, tokenizer).sum(-1).tolist()) if not k]
+    if empty:
+        which = f"text {empty[0]} holds" if len(empty) == 1 else f"texts {', '.join(map(str, empty[:5]))} hold"
+        raise UsageError("inputs", f"{which} no token beside the tokenizer's special tokens (it drops every "
+                                   "character in them)", "give texts with words in them")
 
 
 def check_options(a) -> None:
@@ -233,10 +266,7 @@ def check_tokenizer(model, tokenizer, input_ids: torch.Tensor, attention_mask: O
                                         "embeddings", fix)
     unk = getattr(tokenizer, "unk_token_id", None)
     if unk is not None and input_ids.numel():
-        real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        specials = [i for i in getattr(tokenizer, "all_special_ids", []) if i != unk]
-        if specials:
-            real = real & ~torch.isin(input_ids, torch.tensor(specials, dtype=input_ids.dtype))
+        real = real_tokens(input_ids, attention_mask, tokenizer)
         count = int(real.sum())
         share = float((input_ids[real] == unk).sum()) / count if count else 0.0
         if count and share >= MAX_UNK_SHARE:

@@ -20,8 +20,6 @@ read (`InputState`, harness.bounds.input_state), and returns an `Evaluation` (va
 """
 from __future__ import annotations
 
-from __future__ import annotations
-
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from harness.bounds.state_maps import (kim_ok, lofast_limit, lofast_naive_layer,
 from harness.bounds.ball_change import VARIANTS, Theorem1Variant
 from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
-from harness.plugins import load_function
+from harness.plugins import guarded, is_guarded, load_function
 from harness.bounds.soundness import is_sound  # noqa: F401 - THE soundness rule, part of this interface
 from harness.settings import SOUND_RTOL  # noqa: F401 - its tolerance, read by the consumers of is_sound
 
@@ -223,6 +221,9 @@ def register_bound(fn: Callable, name: Optional[str] = None, scope: str = "head"
     if not callable(fn):
         raise ValueError(f"register_bound needs a callable, got {type(fn).__name__}")
     name = name or getattr(fn, "__name__", "")
+    spec_ = f"{getattr(fn, '__module__', None) or '?'}:{getattr(fn, '__qualname__', name)}"
+    fn = fn if is_guarded(fn) else guarded(fn, spec_)  # private inputs, a time limit, errors naming the plug-in
+    guaranteed = guaranteed if guaranteed is None else guarded(guaranteed, spec_ + " (guaranteed)", values=False)
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     takes_causal = "causal" in inspect.signature(fn).parameters

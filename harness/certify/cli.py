@@ -86,6 +86,7 @@ def _inputs(a, model):
     if a.samples is not None and a.samples < 1:
         raise validate.UsageError("--samples", f"{a.samples}", "pass K >= 1")
     if a.text:
+        validate.check_texts(a.text, "--text")
         return a.text[:k] if k else a.text, None
     if a.text_file:
         if not os.path.isfile(a.text_file):
@@ -114,11 +115,13 @@ def _inputs(a, model):
 def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     from harness.analyze.cli import check_out, threads
+    from harness.process import progress_bars_silenced
 
     try:
         out = check_out(a.out)
         threads(a.threads, "attnlip certify")
-        return _run(a, out)
+        with progress_bars_silenced(a.no_progress):  # the model library's bars too (weight loading)
+            return _run(a, out)
     except (validate.UsageError, MissingData, ValueError) as e:
         print(f"attnlip certify: {e}", file=sys.stderr)
         return 2
@@ -141,6 +144,11 @@ def _run(a, out: Optional[Path]) -> int:
           f"radius {s['median_attack_radius']:.4g}; violations {s['violations']}")
     if out is not None:
         meta = dict(model=a.model, perturbation=rows[0]["perturbation"] if rows else perturb)
-        for p in report.write(df, out, meta):
+        try:
+            written = report.write(df, out, meta)
+        except OSError as e:  # checked writable before computing; the disk filled up or the folder went away since
+            print(f"attnlip certify: error: writing {out} failed: {e.__class__.__name__}: {e}", file=sys.stderr)
+            return 1
+        for p in written:
             print(f"wrote {p}")
     return 1 if s["violations"] else 0

@@ -9,6 +9,8 @@ from typing import Dict, List, Optional
 import numpy as np
 import pandas as pd
 
+from harness.store.atomic import staged_files
+
 
 def frame(rows: List[Dict[str, object]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
@@ -87,9 +89,10 @@ def summary(df: pd.DataFrame, meta: Dict[str, object]) -> str:
 
 
 def write(df: pd.DataFrame, out: Path, meta: Dict[str, object]) -> List[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "table.csv", out / "summary.md"]
-    df.to_csv(paths[0], index=False)
-    paths[1].write_text(summary(df, meta), encoding="utf-8")
-    fig = figure(df, out / "radii.png", f"certified vs adversarial l2 radius: {meta.get('model', '')}")
-    return paths + ([fig] if fig else [])
+    """table.csv, summary.md and radii.png (when there is a radius to plot) in `out`, written into a temp folder
+    and then moved into place (store.atomic.staged_files): a failed write leaves what `out` held, complete."""
+    with staged_files(out) as stage:
+        df.to_csv(stage / "table.csv", index=False)
+        (stage / "summary.md").write_text(summary(df, meta), encoding="utf-8")
+        fig = figure(df, stage / "radii.png", f"certified vs adversarial l2 radius: {meta.get('model', '')}")
+    return [out / "table.csv", out / "summary.md"] + ([out / fig.name] if fig else [])

@@ -17,7 +17,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.data import hub, resolve, sources
+from harness.data import hub, paths, resolve, sources
+from harness.errors import MissingData
 
 CORPORA = ("alice", "ag_news", "sst2", "brown", "synthetic")
 
@@ -71,11 +72,29 @@ def _ag_news_at(kind: str, where: Path) -> Tuple[Tuple[str, ...], Tuple[int, ...
         ds = hub.load_split(h, h.split("test"), where)
         return tuple(_squash(t) for t in ds[h.text[0]]), tuple(int(y) for y in ds[h.label])
     texts, labels = [], []
-    with open(where / "ag_news" / "test.csv", newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            texts.append(_squash(f"{row['title']} {row['description']}"))
-            labels.append(int(row["label"]) - 1)
+    p = where / "ag_news" / "test.csv"
+    with open(p, newline="", encoding="utf-8") as f:
+        rows = csv.reader(f, strict=True)
+        try:
+            header = next(rows, None)
+            if header != ["label", "title", "description"]:
+                raise _damaged(p, 1, f"header {header}, expected label,title,description")
+            for row in rows:
+                if len(row) != 3 or row[0] not in ("1", "2", "3", "4"):
+                    raise _damaged(p, rows.line_num, f"{len(row)} field(s) {row[:3]} where a label 1-4, a title and "
+                                                     "a description belong")
+                texts.append(_squash(f"{row[1]} {row[2]}"))
+                labels.append(int(row[0]) - 1)
+        except csv.Error as e:  # an unclosed quote at the end, a stray NUL: cut off or damaged
+            raise _damaged(p, rows.line_num, f"not CSV ({e})") from None
     return tuple(texts), tuple(labels)
+
+
+def _damaged(path: Path, line: int, what: str) -> MissingData:
+    """The error for a mirror file that is truncated or damaged (one line: the file, the place, the fix)."""
+    fix = (f"copy {path.parent.name}/{path.name} into the mirror again, or unset {paths.DATA_ENV} to read another "
+           "source (`attnlip data list` shows them)")
+    return MissingData(f"{path}, line {line}: {what}; the mirror's copy is truncated or damaged. Fix: {fix}", fix=fix)
 
 
 def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
@@ -95,14 +114,16 @@ def _sst2_at(kind: str, where: Path, split: str) -> Tuple[Tuple[str, ...], Tuple
     p = where / "sst2" / f"{split}.tsv"  # train's header is label/sentence, dev's label/content
     texts, labels = [], []
     with open(p, encoding="utf-8") as f:
-        header = f.readline().rstrip("\n").split("\t")
+        header = f.readline().rstrip("\r\n").split("\t")
         if len(header) != 2 or header[0] != "label":
-            raise ValueError(f"{p}: unexpected header {header}, expected 'label<TAB>sentence|content'")
-        for line in f:
-            line = line.rstrip("\n")
+            raise _damaged(p, 1, f"header {header}, expected label<TAB>sentence (train) or label<TAB>content (dev)")
+        for i, line in enumerate(f, 2):
+            line = line.rstrip("\r\n")
             if not line:
                 continue
-            lab, text = line.split("\t", 1)
+            lab, tab, text = line.partition("\t")
+            if not tab or lab not in ("0", "1") or not text.strip():
+                raise _damaged(p, i, f"{line[:60]!r} where a label 0/1, a tab and a sentence belong")
             texts.append(text.strip())
             labels.append(int(lab))
     return tuple(texts), tuple(labels)

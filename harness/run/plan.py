@@ -50,6 +50,7 @@ class RunConfig:
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         _config.check_scale(self.scale)
         _config.check_dtype(self.dtype)
+        _config.check_seed(self.seed)
         if self.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
         if self.threads is not None and self.threads < 1:

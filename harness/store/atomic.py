@@ -8,7 +8,7 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, List, Union
+from typing import Any, Iterator, List, Union
 
 TMP_MARK = ".tmp."
 FILE_MODE = 0o644  # normal permissions, so a cache shared by a group works (mkstemp alone gives 0600)
@@ -63,6 +63,32 @@ def atomic_write_bytes(path: Union[str, Path], data: bytes) -> Path:
 
 def atomic_write_text(path: Union[str, Path], text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
+
+
+@contextlib.contextmanager
+def staged_files(outdir: Union[str, Path]) -> Iterator[Path]:
+    """A temp folder inside `outdir` to write a set of files into (any writer: pandas, matplotlib, text). When the
+    block ends normally every file there is fsynced and moved onto its namesake in `outdir` with os.replace, so
+    each output is the old complete file or the new complete one, never a partial file; when it raises (a full
+    disk), nothing in `outdir` changes. The temp folder is removed either way."""
+    import shutil
+
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=outdir, prefix=f".staging{TMP_MARK}{socket.gethostname()}.{os.getpid()}."))
+    try:
+        yield stage
+        made = sorted(f for f in stage.rglob("*") if f.is_file())
+        for f in made:
+            with open(f, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.chmod(f, _mode())
+        for f in made:
+            dest = outdir / f.relative_to(stage)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def os_error_line(e: OSError, path: Union[str, Path]) -> str:
