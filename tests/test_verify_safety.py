@@ -310,3 +310,13 @@ def test_ctrl_c_in_process_removes_the_temporary_cache(fake, tmp_path, monkeypat
         pytest.fail("Ctrl-C reached the caller as a traceback")
     assert rc == 130 and "--verify interrupted" in out and "Traceback" not in out, out
     assert made and not made[0].exists() and made[0].parent == tmp_path
+
+
+def test_a_missing_experiments_path_entry_is_one_line(tmp_path, monkeypatch):
+    from harness import catalog
+
+    monkeypatch.setattr(catalog, "_LOADED", False)
+    monkeypatch.setenv("ATTNLIP_EXPERIMENTS_PATH", str(tmp_path / "absent.py"))
+    rc, out = _call(lambda a: cli.main(a, out=print), ["--list", "castin_gamma"])
+    assert rc == 2 and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+    assert f"ATTNLIP_EXPERIMENTS_PATH entry {tmp_path / 'absent.py'} does not exist" in out
