@@ -312,11 +312,9 @@ def test_ctrl_c_in_process_removes_the_temporary_cache(fake, tmp_path, monkeypat
     assert made and not made[0].exists() and made[0].parent == tmp_path
 
 
-def test_a_missing_experiments_path_entry_is_one_line(tmp_path, monkeypatch):
-    from harness import catalog
-
-    monkeypatch.setattr(catalog, "_LOADED", False)
-    monkeypatch.setenv("ATTNLIP_EXPERIMENTS_PATH", str(tmp_path / "absent.py"))
-    rc, out = _call(lambda a: cli.main(a, out=print), ["--list", "castin_gamma"])
-    assert rc == 2 and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
-    assert f"ATTNLIP_EXPERIMENTS_PATH entry {tmp_path / 'absent.py'} does not exist" in out
+def test_a_missing_experiments_path_entry_is_one_line(tmp_path):
+    env = dict(os.environ, ATTNLIP_EXPERIMENTS_PATH=str(tmp_path / "absent.py"), PYTHONWARNINGS="ignore")
+    p = subprocess.run([sys.executable, str(REPO / "run_all.py"), "--list", "castin_gamma"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"ATTNLIP_EXPERIMENTS_PATH entry {tmp_path / 'absent.py'} does not exist" in p.stderr
