@@ -288,7 +288,8 @@ def _extra_paths() -> List[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            raise FileNotFoundError(f"ATTNLIP_EXPERIMENTS_PATH entry {p} does not exist")
+            raise ValueError(f"ATTNLIP_EXPERIMENTS_PATH entry {p} does not exist: name experiment module files or "
+                             f"folders of them (separated by {os.pathsep!r}), or unset it")
     return out
 
 

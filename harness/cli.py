@@ -230,11 +230,11 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
         exp = _catalog.get_experiment(n)
         try:
             figs = render_figures(exp, table, outdir)
-        except Exception as e:  # noqa: BLE001 - reported; the old figures are kept (render_figures)
-            bad.append(f"[{n}] figures failed, the old ones are kept: {e.__class__.__name__}: {e}")
+            man["figures"], man["figures_ref"] = figs, list(exp.figures_ref)  # presentation, both
+            write_manifest(outdir / "manifest.json", man)
+        except Exception as e:  # noqa: BLE001 - reported; figures and manifest are replaced atomically
+            bad.append(f"[{n}] redrawing failed ({e.__class__.__name__}: {e}); each file there is whole, old or new")
             continue
-        man["figures"], man["figures_ref"] = figs, list(exp.figures_ref)  # presentation, both
-        write_manifest(outdir / "manifest.json", man)
         done += 1
         out(f"{n}: {len(figs)} figure file(s) redrawn from {outdir / 'table.parquet'}")
     if done:

@@ -10,25 +10,29 @@ the committed manifest's per-cell wall time and N others drawn with a seed from 
 temporary cache that is removed afterwards: nothing cached or trained earlier is reused, nothing under the results
 folder is written (except the manifests `--stamp` amends).
 
-What is compared: both committed copies of the table. table.csv (what readers open) must hold exactly the numbers
-of table.parquet in every row (`copies`), and the recomputed rows of the sampled cells are compared with
-table.parquet: a row belongs to the cell named in its `cell` column; the rows of one cell are compared in order,
-every numeric and boolean column except the harness's own (`seed`, `cell_key`). A stamped manifest also records the
-tables' sha256: a table edited after its stamp differs.
+What is compared: the whole committed table, in both committed copies. table.csv (what readers open) must hold
+exactly the columns and values of table.parquet in every row (`copies`); the table's rows must be those of the
+current grid, with each cell's row count as its manifest records it (`rows`); the recomputed rows of the sampled
+cells are compared with table.parquet (`compare`): the same set of columns (every column, those not compared by
+value too), each column of the same kind (numbers or text), the same rows per cell (a row belongs to the cell named
+in its `cell` column; the rows of one cell are compared in order), and every value but the harness's own (`seed`,
+`cell_key`). A stamped manifest also records the tables' sha256: a table edited after its stamp differs.
 
 Tolerance: `Experiment.verify_tol` maps a column name (or a glob over column names) to a tolerance, "default" to the
 rest; None leaves a column out (timings). A value passes when |now - committed| <= tol * max(1, |committed|):
-relative for values above one, absolute below. NaN equals NaN; a cell missing from the current grid, a changed row
-count or a committed column the code no longer writes is a difference too.
+relative for values above one, absolute below. NaN equals NaN.
 
 Verdict per experiment and scale: *reproduced*; *differs* (the columns, the largest difference, the cells; a cell
 that fails is a difference); *cannot verify* (a dataset or model a sampled cell needs is missing here: each item
 named once with the command that gets it); *not committed* (no table at that scale: nothing to check). Exit status:
 0 when everything checked reproduced, 1 when anything differs, 3 when nothing differs but something could not be
-verified, 2 on a usage error."""
+verified, 2 on a usage error, 128 + the signal's number when SIGTERM or SIGINT (Ctrl-C) ends the run (its temporary
+cache removed, nothing stamped)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import random
 import shutil
 import tempfile
@@ -42,7 +46,7 @@ from ..manifest import read as read_manifest
 from .executors import execute
 from .outputs import load_rows
 from .plan import RunConfig, plan
-from .verify_compare import (ColumnDiff, compare, copies, read_table, roundtrip, staleness,  # noqa: F401
+from .verify_compare import (ColumnDiff, compare, copies, read_table, roundtrip, rows, staleness,  # noqa: F401
                              tolerance, _compare_value)
 from .specs import CellStatus
 from .worker import make_spec
@@ -126,8 +130,7 @@ def _prepare(name: str, folder: Path, run_cfg: RunConfig, n: Optional[int]) -> _
     r.notes += staleness(p, manifest, r.cells)
     r.problems += copies(folder, committed, manifest)
     tasks = {t.label: t for t in p.tasks}
-    r.problems += [f"cell {lb}: committed, but not a cell of the current {run_cfg.scale} grid"
-                   for lb in r.cells if lb not in tasks]
+    r.problems += rows(committed, manifest, list(tasks), run_cfg.scale)
     from .preflight import _grouped
 
     lacking = [tasks[lb] for lb in r.cells if lb in tasks and tasks[lb].missing]
@@ -159,13 +162,71 @@ def _finish(job: _Job, run_cfg: RunConfig, statuses: Dict[str, CellStatus]) -> N
     r.verified = [t.label for t in ok]
 
 
+TMP_PREFIX = "attnlip-verify-"  # + pid + "-": the temporary cache of one --verify
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT while --verify runs, raised where the run is, so that its temporary cache is removed on the
+    way out (SIGTERM would end the process at once)."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """SIGTERM and SIGINT raise Interrupted in the main thread for the duration (where they are not ignored); the
+    handlers before are restored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)
+              if signal.getsignal(s) is not signal.SIG_IGN}  # an ignored signal stays ignored
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+
+
+@contextlib.contextmanager
+def _temporary_cache():
+    """A temporary folder for one --verify, removed afterwards whatever happens (an error, SIGTERM, Ctrl-C); those
+    that killed runs (SIGKILL) left behind are removed first (their pid is gone)."""
+    from ..store.atomic import pid_alive
+
+    for old in Path(tempfile.gettempdir()).glob(TMP_PREFIX + "*"):
+        pid = old.name[len(TMP_PREFIX):].split("-")[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    tmp = None
+    with _signals_raise():
+        try:
+            tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
+            yield tmp
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
 def verify(names: Sequence[str], cfg: RunConfig, n: Union[int, None, str] = "default", echo=print,
            results_root: Optional[Path] = None, scales: Sequence[str] = ()) -> List[ExpVerify]:
     """Recompute (in a temporary cache) and compare the committed cells of `names` at each of `scales` (default
-    cfg.scale). n: cells per sample (None: all; "default": all at quick scale, DEFAULT_SAMPLE at the others)."""
+    cfg.scale). n: cells per sample (None: all; "default": all at quick scale, DEFAULT_SAMPLE at the others).
+    SIGTERM or SIGINT raises Interrupted, after the temporary cache is removed."""
     results_dir = results_root or cfg.results_dir
     jobs: List[_Job] = []
-    with tempfile.TemporaryDirectory(prefix="attnlip-verify-") as tmp:
+    with _temporary_cache() as tmp:
         cfgs = {}
         for scale in scales or [cfg.scale]:
             cfgs[scale] = run_cfg = RunConfig(
@@ -192,7 +253,6 @@ def verify(names: Sequence[str], cfg: RunConfig, n: Union[int, None, str] = "def
             if j.r.committed:
                 _finish(j, cfgs[j.r.scale], statuses)
                 j.r.wall_s += sum(getattr(statuses.get(t.key), "wall_s", None) or share for t in j.todo)
-        shutil.rmtree(tmp, ignore_errors=True)
     return [j.r for j in jobs]
 
 
@@ -282,22 +342,15 @@ def main(names: Sequence[str], cfg: RunConfig, n: Optional[str] = None, echo=pri
     except ValueError as e:
         print(f"run_all.py: error: {e}", file=sys.stderr)
         return 2
-    results = verify(names, cfg, size, echo=echo, results_root=results_root, scales=scales)
+    try:
+        results = verify(names, cfg, size, echo=echo, results_root=results_root, scales=scales)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (Interrupted): the temporary cache is gone already
+        print(f"run_all.py: --verify interrupted ({e or 'SIGINT'}); its temporary cache was removed, nothing was "
+              "stamped", file=sys.stderr)
+        return 128 + getattr(e, "signum", 2)
     echo(format_report(results))
+    status = exit_status(results)
     if stamp:
-        root = results_root or cfg.results_dir
-        for r in results:
-            if r.status == REPRODUCED:
-                folder = RunConfig(scale=r.scale, results_dir=root).output_root / r.name
-                _stamp.stamp(folder, r, commit)
         done = [r for r in results if r.status == REPRODUCED]
-        echo(f"stamped {len(done)} manifest(s) with commit {commit[:12]}" if done else "stamped nothing: no "
-             "experiment reproduced")
-        if done:  # the READMEs show each stamp
-            from .. import report as _report
-
-            for scale in sorted({r.scale for r in done}):
-                out = RunConfig(scale=scale, results_dir=root).output_root
-                _report.write_readme(out, canonical=root if out == RunConfig(scale="full", results_dir=root)
-                                     .output_root else None)
-    return exit_status(results)
+        status = _stamp.stamp_all(done, results_root or cfg.results_dir, commit, echo) or status
+    return status

@@ -82,58 +82,67 @@ def _number(v) -> Optional[float]:
         return None
 
 
-def _numeric_columns(table) -> List[str]:
+def _kind(col) -> str:
+    """What a column holds: "empty" (only missing values), "number" (numbers and flags, in any dtype: parquet keeps
+    a flag column with gaps as objects) or "text"."""
     import pandas as pd
 
-    return [c for c in table.columns if c not in NOT_COMPARED and
-            (pd.api.types.is_numeric_dtype(table[c]) or pd.api.types.is_bool_dtype(table[c]))]
-
-
-def _kind(table, c) -> str:
-    import pandas as pd
-
-    col = table[c]
-    if col.isna().all():
+    vals = col.dropna()
+    if not len(vals):
         return "empty"
-    return "number" if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col) else "text"
+    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+        return "number"
+    numbers = all(isinstance(v, (bool, int, float)) or pd.api.types.is_number(v) for v in vals.tolist())
+    return "number" if numbers else "text"
+
+
+def _columns(committed, now, mine, whole: bool) -> List[str]:
+    """The column sets of the committed and the recomputed table: a committed column the current code does not
+    write (when every committed cell was recomputed; else only where the sampled cells' committed rows hold values:
+    a column may belong to other cells) and a column the current code writes that the committed table lacks.
+    Every column counts, those not compared by value too (`seed`, `cell_key`, a tolerance of None)."""
+    out = []
+    gone = [str(c) for c in committed.columns if c not in now.columns and (whole or mine[c].notna().any())]
+    new = [str(c) for c in now.columns if c not in committed.columns]
+    if gone:
+        out.append(f"column(s) {', '.join(gone)}: in the committed table, not written by the current code")
+    if new:
+        out.append(f"column(s) {', '.join(new)}: written by the current code, not in the committed table")
+    return out
 
 
 def compare(exp, committed, now, labels: Sequence[str], out) -> None:
-    """Fill out.columns / out.problems: committed vs recomputed rows of the cells `labels`, the whole table: numeric
-    and boolean columns within their tolerance (out.columns), and as problems a column only one side writes with
-    values in those cells, a column whose kind changed (number / text), and a text column whose values differ.
-    Columns whose tolerance is None (timings) and the harness's own `seed` / `cell_key` are not compared."""
+    """Fill out.columns / out.problems: committed vs recomputed rows of the cells `labels`, the whole table: the
+    same columns (_columns), each column of the same kind (number / text, over the whole committed table), the
+    same rows per cell, numeric and boolean values within their tolerance (out.columns) and equal text values.
+    Columns whose tolerance is None (timings) and the harness's own `seed` / `cell_key` are not compared by value."""
     diffs: Dict[str, ColumnDiff] = {}
-    mine = committed[committed["cell"].isin(labels)]
-    theirs = now[now["cell"].isin(labels)] if "cell" in now.columns else now.iloc[0:0]
+    labels = [str(x) for x in labels]
+    cells = committed["cell"].astype(str)
+    mine = committed[cells.isin(labels)]
+    theirs = now[now["cell"].astype(str).isin(labels)] if "cell" in now.columns else now.iloc[0:0]
     texts: List[str] = []
-    numeric = set(_numeric_columns(committed))
+    out.problems += _columns(committed, now, mine, set(cells) <= set(labels))
     for c in committed.columns:
+        if c not in now.columns:
+            continue
+        was, now_kind = _kind(committed[c]), _kind(theirs[c])
+        kinds = {was, now_kind} - {"empty"}
+        if len(kinds) > 1:
+            out.problems.append(f"column {c}: committed as {was}s, recomputed as {now_kind}s")
+            continue
         if c in NOT_COMPARED:
             continue
         tol = tolerance(exp, c)
         if tol is None:
             out.notes.append(f"column {c} not compared (verify_tol says None)")
-            continue
-        if c not in now.columns:  # a difference only where the sampled cells' committed rows hold values
-            if mine[c].notna().any():
-                out.problems.append(f"column {c}: in the committed rows, not written by the current code")
-            continue
-        was, now_kind = _kind(mine, c), _kind(theirs, c)
-        kinds = {was, now_kind} - {"empty"}
-        if len(kinds) > 1:
-            out.problems.append(f"column {c}: committed as {was}s, recomputed as {now_kind}s")
         elif kinds == {"text"}:
             texts.append(c)
-        elif c in numeric or kinds == {"number"}:
+        else:  # numbers, or missing values on both sides
             diffs[c] = ColumnDiff(c, float(tol))
-    for c in now.columns:
-        if c not in committed.columns and c not in NOT_COMPARED and tolerance(exp, c) is not None \
-                and theirs[c].notna().any():
-            out.problems.append(f"column {c}: written by the current code, not in the committed table")
     for label in labels:
-        a = committed[committed["cell"] == label].reset_index(drop=True)
-        b = now[now["cell"] == label].reset_index(drop=True) if "cell" in now.columns else now.iloc[0:0]
+        a = committed[cells == label].reset_index(drop=True)
+        b = now[now["cell"].astype(str) == label].reset_index(drop=True) if "cell" in now.columns else now.iloc[0:0]
         if len(a) != len(b):
             out.problems.append(f"cell {label}: {len(a)} committed rows, {len(b)} recomputed")
             continue
@@ -200,9 +209,14 @@ def copies(folder: Path, committed, manifest: Dict[str, Any]) -> List[str]:
         other = pd.read_csv(csv, low_memory=False)
     except Exception as e:  # noqa: BLE001 - a damaged copy is a finding
         return out + [f"{csv.name} is not a readable table ({e.__class__.__name__}: {str(e)[:120]})"]
-    if list(other.columns) != list(committed.columns) or len(other) != len(committed):
-        return out + [f"{csv.name} and table.parquet hold different tables ({len(other)} x {len(other.columns)} "
-                      f"against {len(committed)} x {len(committed.columns)})"]
+    gone = [str(c) for c in committed.columns if c not in other.columns]
+    extra = [str(c) for c in other.columns if c not in committed.columns]
+    what = [f"column(s) {', '.join(gone)} only in table.parquet"] if gone else []
+    what += [f"column(s) {', '.join(extra)} only in {csv.name}"] if extra else []
+    what += ["the same columns in another order"] if not what and list(other.columns) != list(committed.columns) else []
+    what += [f"{len(other)} rows against {len(committed)}"] if len(other) != len(committed) else []
+    if what:
+        return out + [f"{csv.name} and table.parquet hold different tables: {'; '.join(what)}"]
     for c in committed.columns:
         for i, (x, y) in enumerate(zip(committed[c].tolist(), other[c].tolist())):
             if not _same(x, y):
@@ -210,6 +224,27 @@ def copies(folder: Path, committed, manifest: Dict[str, Any]) -> List[str]:
                            f"column {c}: csv {y!r}, parquet {x!r}")
                 break
     return out
+
+
+def rows(committed, manifest: Dict[str, Any], grid: Sequence[str], scale: str, show: int = 3) -> List[str]:
+    """The rows of the whole committed table, sampled or not, against the current grid and the manifest: every
+    committed cell a cell of the grid; a complete result holding every cell of the grid; each cell's row count the
+    one its manifest entry records (n_rows), and no cell its manifest does not list as computed."""
+    counts, grid = committed["cell"].astype(str).value_counts().to_dict(), list(dict.fromkeys(grid))
+    on_grid = set(grid)
+    listed = {c["cell"]: c for c in manifest.get("cells") or []}
+    found = [f"cell {lb}: committed, but not a cell of the current {scale} grid" for lb in counts if lb not in on_grid]
+    if manifest.get("complete"):
+        found += [f"cell {lb}: a cell of the current {scale} grid, not in the committed table (its manifest says "
+                  f"the result is complete)" for lb in grid if lb not in counts]
+    for lb, entry in listed.items():
+        n = entry.get("n_rows")
+        if entry.get("status") == "ok" and isinstance(n, int) and counts.get(lb, 0) != n:
+            found.append(f"cell {lb}: {counts.get(lb, 0)} row(s) in the committed table, its manifest records {n}")
+    if listed:
+        found += [f"cell {lb}: in the committed table, not a computed cell of its manifest" for lb in counts
+                  if listed.get(lb, {}).get("status") != "ok"]
+    return found[:show] + ([f"... and {len(found) - show} more such row difference(s)"] if len(found) > show else [])
 
 
 def staleness(p, manifest: Dict[str, Any], labels: Sequence[str]) -> List[str]:
