@@ -54,11 +54,38 @@ def cmd_list(out=print, planner=None) -> int:
     return 0
 
 
+def _writable_folder(to: str) -> Path:
+    """--to DIR resolved, created if absent and checked writable before anything is downloaded; a ValueError
+    naming what is wrong otherwise (a file, a symlink loop, a folder this user cannot write), with any folder
+    this check created removed again."""
+    path = Path(to).expanduser()
+    try:
+        root = path.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise ValueError(f"--to {to}: not a usable path ({e})") from None
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"--to {to}: {root} is a file, not a folder; name a folder (created if absent)")
+    created = [p for p in [root, *root.parents] if not p.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".attnlip-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        for p in created:  # deepest first: only the empty folders made here
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        raise ValueError(f"--to {to}: cannot write there ({e.__class__.__name__}: {e.strerror or e}); name a "
+                         f"folder you can write to") from None
+    return root
+
+
 def _use_folder(to: str) -> Tuple[Path, str]:
     """Point this process's downloads at DIR (datasets and NLTK read the variables when they download; hub models
     get the folder explicitly): (hub cache folder, the line a compute node exports)."""
-    root = Path(to).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root = _writable_folder(to)
     os.environ["HF_HOME"] = str(root / "huggingface")
     os.environ.pop("HF_DATASETS_CACHE", None)
     os.environ["NLTK_DATA"] = os.pathsep.join([str(root / "nltk_data"), *filter(None, [os.environ.get("NLTK_DATA")])])
@@ -80,7 +107,11 @@ def cmd_fetch(names: List[str], out=print, err=None, exps: Optional[List[str]] =
     if unknown:
         err(f"attnlip data fetch: unknown dataset(s) {', '.join(unknown)}; known: {', '.join(sources.DATASETS)}")
         return 2
-    hub_cache, export = _use_folder(to) if to else (None, "")
+    try:
+        hub_cache, export = _use_folder(to) if to else (None, "")
+    except ValueError as e:
+        err(f"attnlip data fetch: {e}")
+        return 2
     models: Dict[str, str] = {}
     if exps:
         if planner is None:
