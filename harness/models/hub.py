@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+from harness.data.hub import offline_reason
 from harness.errors import DataNotFound
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -91,7 +92,7 @@ def has_tokenizer(folder: Optional[str]) -> bool:
 def remote(name: str) -> Remote:
     """The commit and files a download of `name` would fetch, or why nothing can be downloaded."""
     if offline():
-        return Remote(name, None, (), "downloads are off (HF_HUB_OFFLINE is set)")
+        return Remote(name, None, (), f"downloads are off ({offline_reason() or 'HF_HUB_OFFLINE is set'})")
     return _remote(name)
 
 
