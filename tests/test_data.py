@@ -1,6 +1,5 @@
 """Data loaders: shapes, dtypes, ranges, chunking, clear errors for missing data."""
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -313,32 +312,3 @@ def test_synthetic_labeled_ids():
     assert torch.equal(ids[:, 1], 1 + y) and ids.max() < vocab
     assert torch.equal(text.synthetic_labeled_ids("train", 8, limit=10)[0], ids)
     assert not torch.equal(text.synthetic_labeled_ids("test", 8, limit=10)[0], ids)
-
-
-def test_fetch_to_an_unusable_folder_is_one_line_and_writes_nothing(env, capsys):
-    """--to a file, a symlink loop or a folder that cannot be written: exit 2, one line naming --to, nothing made."""
-    import os
-
-    from harness.data import cli
-
-    a_file = env / "a_file"
-    a_file.write_text("keep me")
-    loop = env / "loop"
-    loop.symlink_to(loop)
-    read_only = env / "ro"
-    read_only.mkdir()
-    read_only.chmod(0o555)
-    if os.access(read_only, os.W_OK):  # root writes anywhere: a folder no one can create files in instead
-        read_only = Path("/proc")
-    cases = [(a_file, "is a file, not a folder"), (a_file / "sub", "cannot write there"), (loop, "not a usable path"),
-             (loop / "sub", "not a usable path"), (read_only, "cannot write there"),
-             (read_only / "new" / "deeper", "cannot write there")]
-    before = sorted(p.name for p in env.iterdir())
-    for to, needle in cases:
-        assert cli.main(["fetch", "alice", "--to", str(to)]) == 2, to
-        out, err = capsys.readouterr()
-        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-        assert err.startswith(f"attnlip data fetch: --to {to}") and needle in err, err
-    assert a_file.read_text() == "keep me" and sorted(p.name for p in env.iterdir()) == before
-    if read_only != Path("/proc"):
-        assert not list(read_only.iterdir())
