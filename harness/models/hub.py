@@ -131,9 +131,10 @@ def download(rem: Remote, patterns: Sequence[str] = MODEL_PATTERNS) -> str:
                            f"({e.__class__.__name__}: {str(e)[:300]})", fix=f"{CLI} {rem.name}") from e
 
 
-def not_found(what: str, name: str, rem: Remote) -> str:
-    """One message for an absent model or tokenizer: where it was looked for and how to get it."""
-    how = (f"run `{CLI} {name}` (or any command here) with network access and HF_HUB_OFFLINE unset"
+def not_found(what: str, name: str, rem: Remote, fetch: str = "") -> str:
+    """One message for an absent model or tokenizer: where it was looked for and how to get it (`fetch`: the
+    command that gets it, default `hf download NAME`)."""
+    how = (f"run `{fetch or f'{CLI} {name}'}` (or any command here) with network access and HF_HUB_OFFLINE unset"
            if offline() else "check the name at https://huggingface.co/models")
     env = os.environ.get("HF_HOME") or os.environ.get("HF_HUB_CACHE")
     where = f"{cache_dir()}" + ("" if env else " (set HF_HOME or HF_HUB_CACHE to use another cache)")
