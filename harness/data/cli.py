@@ -45,9 +45,13 @@ def cmd_list(out=print, planner=None) -> int:
         except DataNotFound as e:
             now = f"error: {e}"
         out(f"{name:18s} {'yes' if d.default else '':7s} {now:44s} {', '.join(d.sources)}")
-    for h in sources.HUB_FILES.values():
-        now = ": ".join(planner.model_state(h.repo, h.kind)) if planner is not None else ""
-        out(f"{h.name:18s} {'':7s} {now[:44]:44s} hf:{h.repo} ({h.kind} files)")
+    for h in sources.HUB_FILES.values():  # labelled as the datasets are: mirror:..., hf:... (download), missing:...
+        now = ""
+        if planner is not None:
+            state, where = planner.model_state(h.repo, h.kind)
+            now = {planner.PRESENT: where.split(" ")[0] if where.startswith("mirror:") else f"hf:{h.repo} (cached)",
+                   planner.DOWNLOAD: f"hf:{h.repo} (download)", planner.MISSING: f"missing:{h.name}"}[state]
+        out(f"{h.name:18s} {'':7s} {now:44s} hf:{h.repo} ({h.kind} files)")
     out("\n'hf:<repo>' without '@<revision>' or 'nltk:<package>' marked (download) is fetched on first use; "
         "'missing' needs `attnlip data fetch NAME` on a machine with network, or the mirror.")
     if planner is not None:  # what the experiments read, models and tokenizers included (harness.run.fetch)
