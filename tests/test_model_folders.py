@@ -107,6 +107,14 @@ def test_config_that_disagrees_with_the_weights_is_refused(good, tmp_path, capsy
     _refused(capsys, command, folder, str(folder), needle)
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_huge_config_beside_pickled_weights_is_refused_before_loading(good, tmp_path, capsys, command):
+    folder = _variant(good, tmp_path, hidden_size=2 ** 16, num_hidden_layers=10 ** 4)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"\0" * 4096)  # never opened: refused from its size
+    _refused(capsys, command, folder, str(folder / "config.json"), "parameters", "at most 2.05e+03")
+
+
 def _damaged(st: bytes):
     n, header = _header(st)
     ints = {k: dict(v, dtype="I32") if k != "__metadata__" and v["dtype"] == "F32" else v for k, v in header.items()}

@@ -72,14 +72,18 @@ def check_folder(folder, classifier: bool = False) -> None:
     tensors: Dict[str, Tuple[str, List[int], Path]] = {}
     for f in weight_files(folder):
         tensors.update({k: (*v, f) for k, v in check_safetensors(f).items()})
-    if not tensors:
-        return  # pickled weights only: transformers reads them with torch's restricted unpickler
-    est, stored = param_estimate(cfg), sum(math.prod(t[1]) for t in tensors.values())
+    # pickled weights only (transformers reads them with torch's restricted unpickler): at most one parameter per
+    # two bytes of the files
+    pickled = sum(f.stat().st_size for f in folder.glob("pytorch_model*.bin")) // 2
+    est = param_estimate(cfg)
+    stored = sum(math.prod(t[1]) for t in tensors.values()) if tensors else pickled
     if est > MAX_PARAMS and stored < est / 2:
+        held = f"{'' if tensors else 'at most '}{stored:.3g}"
         raise BadCheckpoint(f"{cfg_file}: its sizes describe about {est:.3g} parameters ({4 * est / 2 ** 30:,.0f} "
-                            f"GiB in float32), but the weights hold {stored:.3g}: the config does not match them. "
+                            f"GiB in float32), but the weights hold {held}: the config does not match them. "
                             f"Fix: {EDIT}")
-    check_shapes(folder, tensors, classifier)
+    if tensors:
+        check_shapes(folder, tensors, classifier)
 
 
 def check_config(cfg: dict, f: Path) -> None:
