@@ -24,7 +24,7 @@ import math
 import re
 import struct
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from harness.errors import AttnLipError
 
