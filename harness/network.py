@@ -5,7 +5,8 @@ with back-off: 47-70 s per command on a cluster node. `offline_if_unreachable()`
 points call it first): unless the environment already decides (ATTNLIP_OFFLINE, HF_HUB_OFFLINE, HF_DATASETS_OFFLINE
 set to anything), it opens one TCP connection to the hub (HF_ENDPOINT, else huggingface.co; through HTTPS_PROXY /
 HTTP_PROXY when one is set) with a short timeout. When that fails it sets ATTNLIP_OFFLINE=1, HF_HUB_OFFLINE=1 and
-HF_DATASETS_OFFLINE=1 for this process and its workers (before the hub libraries read them at import) and returns
+HF_DATASETS_OFFLINE=1 for this process and its workers (before the hub libraries read them at import), records why
+in ATTNLIP_OFFLINE_CHECKED (so later notes say "no network reached", not a variable the user never set) and returns
 one line saying so. Everything then resolves from local copies at once: the mirror (ATTNLIP_DATA), the caches,
 the package models; a missing item is named with the command that gets it, as with the variables set by hand.
 
@@ -22,6 +23,9 @@ from urllib.parse import urlparse
 
 DECIDED = ("ATTNLIP_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 OFFLINE_VARS = ("ATTNLIP_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+# set beside OFFLINE_VARS when the probe set them (the user set none): why the network was judged absent, so every
+# later note says that instead of naming a variable the user never set (read by harness.data.hub.offline_reason)
+CHECKED = "ATTNLIP_OFFLINE_CHECKED"
 TIMEOUT_S = 1.5
 _DONE: dict = {}
 
@@ -65,6 +69,7 @@ def offline_if_unreachable(timeout: float = TIMEOUT_S) -> Optional[str]:
         return None
     for v in OFFLINE_VARS:
         os.environ[v] = "1"
+    os.environ[CHECKED] = why
     _DONE["note"] = note = (f"note: no network ({why}, checked in {time.perf_counter() - t0:.1f} s): downloads are off "
                             f"for this command, data and models come from local copies (set ATTNLIP_OFFLINE=1 to "
                             f"skip this check, or ATTNLIP_OFFLINE=0 to keep trying downloads)")

@@ -17,8 +17,10 @@ from harness.store.codehash import REPO_ROOT
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for v in network.DECIDED + ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "HF_ENDPOINT"):
-        monkeypatch.delenv(v, raising=False)
+    for v in network.DECIDED + (network.CHECKED, "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                                 "HF_ENDPOINT"):
+        monkeypatch.setenv(v, "")  # recorded, so what the probe sets is undone after the test
+        monkeypatch.delenv(v)
     monkeypatch.setattr(network, "_DONE", {})
     return monkeypatch
 
@@ -39,6 +41,32 @@ def test_unreachable_endpoint_turns_downloads_off_quickly(clean_env):
     assert note and "no network" in note and "ATTNLIP_OFFLINE=1" in note
     assert all(os.environ[v] == "1" for v in network.OFFLINE_VARS)
     assert network.offline_if_unreachable() is None  # once per process
+
+
+def test_notes_say_the_probe_decided_when_the_user_set_nothing(clean_env, tmp_path):
+    """After the probe turned downloads off, the notes say no network was reached, never a variable the user did
+    not set; a variable the user did set is named as before."""
+    from harness.data import hub as data_hub, resolve
+    from harness.models import hub as models_hub
+
+    clean_env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    clean_env.setenv("NLTK_DATA", str(tmp_path / "nltk"))
+    clean_env.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    clean_env.delenv("ATTNLIP_DATA", raising=False)
+    import nltk
+
+    clean_env.setattr(nltk.data, "path", [])
+    assert network.offline_if_unreachable()
+    why = data_hub.offline_reason()
+    assert why.startswith("no network reached (127.0.0.1:") and why.endswith("; checked at start)"), why
+    for text in (str(resolve.missing_error("alice")), models_hub.remote("some/model").reason,
+                 resolve.fetch("sst2")[1]):
+        assert "no network reached" in text and "OFFLINE=1" not in text, text
+    for v in network.DECIDED + (network.CHECKED,):
+        clean_env.delenv(v, raising=False)
+    clean_env.setenv("HF_HUB_OFFLINE", "1")
+    assert data_hub.offline_reason() == "HF_HUB_OFFLINE=1"
+    assert "HF_HUB_OFFLINE=1" in models_hub.remote("some/model").reason
 
 
 def test_a_silent_endpoint_is_reported_as_such(clean_env):
@@ -88,6 +116,7 @@ def test_run_all_without_network_spends_no_time_on_retries(tmp_path):
     assert r.returncode == 0, out[-3000:]
     assert out.count("note: no network") == 1 and "Traceback" not in out
     assert "would skip: dataset 'alice' is not available" in out and "attnlip data fetch alice" in out
+    assert "no network reached" in out and "ATTNLIP_OFFLINE=1)" not in out  # the probe decided, not the user
     assert took < 60, took  # imports only; 47-70 s of retries before the probe
 
 

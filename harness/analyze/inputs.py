@@ -13,7 +13,7 @@ import torch
 
 from harness.data import sources, text as corpora
 from harness.errors import DataNotFound
-from harness.models import hub, text as text_models
+from harness.models import checkpoint, hub, text as text_models
 
 SHIPPED = {  # dataset name -> {split as the user writes it: split of harness.data.text}
     "sst2": {"train": "train", "validation": "dev", "dev": "dev"},
@@ -32,15 +32,16 @@ def load_model(spec, device="cpu"):
         return spec.eval(), None, f"module:{type(spec).__name__}"
     name = str(spec)
     if os.path.isdir(name):
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         if not (Path(name) / "config.json").is_file():
             raise DataNotFound(f"--model {name!r} is a folder without config.json, so no model can be built from it."
                                " Fix: save the model there with model.save_pretrained(DIR) and its tokenizer with "
                                "tokenizer.save_pretrained(DIR)")
 
+        checkpoint.check_folder(name)  # damaged weights or absurd sizes: one line naming the file, before loading
         # never the folder's own Python: check_model_folder refuses auto_map configs, and this refuses the rest
-        model = AutoModel.from_pretrained(name, attn_implementation="eager", trust_remote_code=False)
+        model = checkpoint.load(name, attn_implementation="eager")
         model = model.to(device).eval()
         tok = AutoTokenizer.from_pretrained(name, trust_remote_code=False) if hub.has_tokenizer(name) else None
         return model, tok, f"folder:{Path(name).resolve()}"

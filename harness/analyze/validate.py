@@ -191,6 +191,12 @@ def token_budget(max_tokens: Optional[int], default: Optional[int], model, token
     behind the user's back). Not given: `default` (or no truncation), capped at the model's positions, with a
     notice when the cap applies."""
     limit = position_limit(model)
+    special = tokenizer.num_special_tokens_to_add() if hasattr(tokenizer, "num_special_tokens_to_add") else 0
+    low = max(2, special + 1)
+    if limit is not None and tokenizer is not None and limit < low:  # a tokenizer cannot truncate below its specials
+        raise UsageError("--model", f"the model has {limit} position(s) (config.max_position_embeddings), too few "
+                                    f"for a text: attention needs {low} tokens or more with the tokenizer's "
+                                    f"{special} special token(s)", "use a model with more positions")
     if max_tokens is None:
         eff = default if limit is None or default is None else min(default, limit)
         if eff is None:
@@ -200,8 +206,6 @@ def token_budget(max_tokens: Optional[int], default: Optional[int], model, token
                            f"truncated to {limit} tokens")
         return eff
     m = operator.index(max_tokens)
-    special = tokenizer.num_special_tokens_to_add() if hasattr(tokenizer, "num_special_tokens_to_add") else 0
-    low = max(2, special + 1)
     if m < low:
         raise UsageError("--max-tokens", f"{m} token(s) leave no room for text beside the {special} special "
                                          "token(s) the tokenizer adds",

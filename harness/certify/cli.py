@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
                         "pixels (ViT, the default there)")
     p.add_argument("--position", type=int, default=1, help="--perturb word: the token whose embedding moves "
                                                            "(default 1, the first after [CLS])")
-    p.add_argument("--max-tokens", type=int, default=128, help="truncate texts to N tokens (default 128)")
+    p.add_argument("--max-tokens", type=int, default=None, help="truncate texts to N tokens (default 128, at "
+                                                                 "most the model's positions)")
     p.add_argument("--methods", default=None, help="comma-separated attention certificates of the bound registry "
                                                    "(default: every registered ball-change certificate)")
     p.add_argument("--no-attack", action="store_true", help="skip the attack (no adversarial radius)")
@@ -49,14 +50,14 @@ def parser() -> argparse.ArgumentParser:
 
 def load_classifier(spec: str):
     """(model, tokenizer or None): a classifier with its trained head, never running the folder's code."""
-    from transformers import AutoConfig, AutoModelForImageClassification, AutoModelForSequenceClassification
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from harness.analyze.cli import check_model_folder
-    from harness.models import hub
+    from harness.models import checkpoint, hub
 
     if os.path.isdir(spec):
         check_model_folder(spec)
+        checkpoint.check_folder(spec, classifier=True)  # damaged weights or absurd sizes, before loading
     elif spec.startswith(("/", ".", "~")):
         raise validate.UsageError("--model", f"{spec!r} is not a folder", "give a save_pretrained folder or a hub "
                                                                          "name")
@@ -64,14 +65,16 @@ def load_classifier(spec: str):
         cfg = AutoConfig.from_pretrained(spec, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise MissingData(f"--model {spec!r}: no readable config.json ({str(e).splitlines()[0][:200]})") from None
-    heads = [a for a in (cfg.architectures or []) if a.endswith(("ForSequenceClassification",
-                                                                 "ForImageClassification"))]
+    heads = [a for a in (cfg.architectures or []) if a.endswith(checkpoint.HEADED)]
     if not heads:
         raise validate.UsageError("--model", f"{spec!r} is not a classifier with a trained head (architectures "
                                   f"{cfg.architectures})", "certify a model saved from a "
                                   "...ForSequenceClassification or ViTForImageClassification")
-    auto = AutoModelForImageClassification if cfg.model_type == "vit" else AutoModelForSequenceClassification
-    model = auto.from_pretrained(spec, attn_implementation="eager", trust_remote_code=False).eval()
+    if os.path.isdir(spec):
+        model = checkpoint.load(spec, classifier=True, attn_implementation="eager").eval()
+    else:
+        model = checkpoint.classifier_class(cfg).from_pretrained(spec, attn_implementation="eager",
+                                                                 trust_remote_code=False).eval()
     tok = None
     if cfg.model_type != "vit" and (not os.path.isdir(spec) or hub.has_tokenizer(spec)):
         tok = AutoTokenizer.from_pretrained(spec, trust_remote_code=False)
@@ -112,6 +115,19 @@ def _inputs(a, model):
     return (imgs[:k] if k else imgs), None
 
 
+def _token_budget(a, model, tok, inputs) -> Optional[int]:
+    """--max-tokens checked as analyze checks it (within the model's positions; the default capped there), with a
+    note when texts are cut."""
+    if tok is None or not all(isinstance(t, str) for t in inputs):
+        return a.max_tokens
+    notices: List[str] = []
+    budget = validate.token_budget(a.max_tokens, validate.DEFAULT_MAX_TOKENS, model, tok, notices)
+    validate.truncation_notice(tok, inputs, budget, validate.position_limit(model), notices)
+    for n in notices:
+        print(f"attnlip certify: note: {n}", file=sys.stderr)
+    return budget
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     from harness.analyze.cli import check_out, threads
@@ -133,10 +149,11 @@ def _run(a, out: Optional[Path]) -> int:
     model, tok = load_classifier(a.model)
     perturb = a.perturb or ("pixels" if model.config.model_type == "vit" else "word")
     inputs, labels = _inputs(a, model)
+    max_tokens = _token_budget(a, model, tok, inputs)
     names = [n.strip() for n in a.methods.split(",") if n.strip()] if a.methods else None
     rows = run.certify_model(model, inputs, labels, tokenizer=tok, perturb=perturb, position=a.position,
                              attack=not a.no_attack, network=not a.no_network, names=names,
-                             max_tokens=a.max_tokens, progress=not a.no_progress)
+                             max_tokens=max_tokens, progress=not a.no_progress)
     df = report.frame(rows)
     print(report.compact(df))
     s = report.stats(df)

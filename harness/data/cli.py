@@ -24,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "model and tokenizer the experiments read: present, will download or missing")
     f = sub.add_parser("fetch", help="download datasets into the standard caches (default: what the default run "
                                      "reads: " + ", ".join(sources.DEFAULT) + ")")
-    f.add_argument("names", nargs="*", metavar="NAME", help=f"datasets ({', '.join(sources.DATASETS)}) or 'all'")
+    f.add_argument("names", nargs="*", metavar="NAME", help=f"datasets ({', '.join(sources.DATASETS)}) or 'all', "
+                                                             f"or hub files ({', '.join(sources.HUB_FILES)})")
     f.add_argument("--for", dest="exps", action="append", default=[], metavar="EXP",
                    help="also every dataset, model and tokenizer experiment EXP needs (glob; repeat or comma-separate)")
     f.add_argument("--all", action="store_true", help="what every experiment needs (--for '*')")
@@ -44,6 +45,13 @@ def cmd_list(out=print, planner=None) -> int:
         except DataNotFound as e:
             now = f"error: {e}"
         out(f"{name:18s} {'yes' if d.default else '':7s} {now:44s} {', '.join(d.sources)}")
+    for h in sources.HUB_FILES.values():  # labelled as the datasets are: mirror:..., hf:... (download), missing:...
+        now = ""
+        if planner is not None:
+            state, where = planner.model_state(h.repo, h.kind)
+            now = {planner.PRESENT: where.split(" ")[0] if where.startswith("mirror:") else f"hf:{h.repo} (cached)",
+                   planner.DOWNLOAD: f"hf:{h.repo} (download)", planner.MISSING: f"missing:{h.name}"}[state]
+        out(f"{h.name:18s} {'':7s} {now:44s} hf:{h.repo} ({h.kind} files)")
     out("\n'hf:<repo>' without '@<revision>' or 'nltk:<package>' marked (download) is fetched on first use; "
         "'missing' needs `attnlip data fetch NAME` on a machine with network, or the mirror.")
     if planner is not None:  # what the experiments read, models and tokenizers included (harness.run.fetch)
@@ -54,11 +62,38 @@ def cmd_list(out=print, planner=None) -> int:
     return 0
 
 
+def _writable_folder(to: str) -> Path:
+    """--to DIR resolved, created if absent and checked writable before anything is downloaded; a ValueError
+    naming what is wrong otherwise (a file, a symlink loop, a folder this user cannot write), with any folder
+    this check created removed again."""
+    path = Path(to).expanduser()
+    try:
+        root = path.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise ValueError(f"--to {to}: not a usable path ({e})") from None
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"--to {to}: {root} is a file, not a folder; name a folder (created if absent)")
+    created = [p for p in [root, *root.parents] if not p.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".attnlip-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        for p in created:  # deepest first: only the empty folders made here
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        raise ValueError(f"--to {to}: cannot write there ({e.__class__.__name__}: {e.strerror or e}); name a "
+                         f"folder you can write to") from None
+    return root
+
+
 def _use_folder(to: str) -> Tuple[Path, str]:
     """Point this process's downloads at DIR (datasets and NLTK read the variables when they download; hub models
     get the folder explicitly): (hub cache folder, the line a compute node exports)."""
-    root = Path(to).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root = _writable_folder(to)
     os.environ["HF_HOME"] = str(root / "huggingface")
     os.environ.pop("HF_DATASETS_CACHE", None)
     os.environ["NLTK_DATA"] = os.pathsep.join([str(root / "nltk_data"), *filter(None, [os.environ.get("NLTK_DATA")])])
@@ -76,21 +111,33 @@ def cmd_fetch(names: List[str], out=print, err=None, exps: Optional[List[str]] =
         names = list(sources.DEFAULT)
     elif "all" in names:
         names = list(sources.DATASETS)
-    unknown = [n for n in names if n not in sources.DATASETS]
+    unknown = [n for n in names if n not in sources.DATASETS and n not in sources.HUB_FILES]
     if unknown:
-        err(f"attnlip data fetch: unknown dataset(s) {', '.join(unknown)}; known: {', '.join(sources.DATASETS)}")
+        err(f"attnlip data fetch: unknown dataset(s) {', '.join(unknown)}; known: {', '.join(sources.DATASETS)}, "
+            f"and the hub files {', '.join(sources.HUB_FILES)}")
         return 2
-    hub_cache, export = _use_folder(to) if to else (None, "")
-    models: Dict[str, str] = {}
+    hub_files = {sources.HUB_FILES[n].repo: sources.HUB_FILES[n].kind for n in names if n in sources.HUB_FILES}
+    names = [n for n in names if n in sources.DATASETS]
+    if hub_files and planner is None:
+        err(f"attnlip data fetch: {', '.join(sources.HUB_FILES)} need the model downloads: run it as "
+            "`attnlip data fetch`")
+        return 2
+    try:
+        hub_cache, export = _use_folder(to) if to else (None, "")
+    except ValueError as e:
+        err(f"attnlip data fetch: {e}")
+        return 2
+    models: Dict[str, str] = dict(hub_files)
     if exps:
         if planner is None:
             err("attnlip data fetch: --for / --all need the experiments: run it as `attnlip data fetch`")
             return 2
         try:
-            data, models = planner.needs(exps, ["quick", "full"] if scale == "both" else [scale])
+            data, needed = planner.needs(exps, ["quick", "full"] if scale == "both" else [scale])
         except ValueError as e:
             err(f"attnlip data fetch: {e}")
             return 2
+        models.update({repo: what for repo, what in needed.items() if models.get(repo) != "weights"})
         names = list(dict.fromkeys([*names, *data]))
     from tqdm import tqdm
 

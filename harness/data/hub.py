@@ -24,11 +24,16 @@ def flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in TRUE
 
 
+CHECKED = "ATTNLIP_OFFLINE_CHECKED"  # harness.network.CHECKED: the start-up probe set the offline variables
+
+
 def offline_reason() -> Optional[str]:
-    """The variable that forbids hub downloads (ATTNLIP_OFFLINE, HF_HUB_OFFLINE, HF_DATASETS_OFFLINE), or None."""
+    """Why hub downloads are off, or None: "no network reached (WHY; checked at start)" when the command's own
+    network probe set the offline variables, else the variable the user set ("HF_HUB_OFFLINE=1")."""
     for v in ("ATTNLIP_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if flag(v):
-            return f"{v}={os.environ[v]}"
+            checked = os.environ.get(CHECKED)
+            return f"no network reached ({checked}; checked at start)" if checked else f"{v}={os.environ[v]}"
     return None
 
 

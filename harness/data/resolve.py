@@ -154,7 +154,7 @@ def _why_missing(d: sources.Dataset) -> str:
         bits.append(f"no {d.nltk_resource} on NLTK's data path ({', '.join(map(str, nltk_paths())) or 'empty'})")
     if d.hub:
         bits.append(f"no cached {d.hub.repo} in {hub.cache_dir()}")
-    off = "ATTNLIP_OFFLINE=" + os.environ["ATTNLIP_OFFLINE"] if hub.flag("ATTNLIP_OFFLINE") else hub.offline_reason()
+    off = hub.offline_reason()
     if off:
         bits.append(f"downloads are off ({off})")
     return "; ".join(bits) or "no source found"
@@ -169,7 +169,7 @@ def fetch(name: str) -> Tuple[bool, str]:
     errors = []
     if d.nltk:
         if hub.flag("ATTNLIP_OFFLINE"):
-            errors.append(f"NLTK download off (ATTNLIP_OFFLINE={os.environ['ATTNLIP_OFFLINE']})")
+            errors.append(f"NLTK download off ({hub.offline_reason()})")
         else:
             import nltk
 

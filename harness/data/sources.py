@@ -85,8 +85,26 @@ DATASETS: Dict[str, Dataset] = {d.name: d for d in (
 
 DEFAULT = tuple(n for n, d in DATASETS.items() if d.default)
 
-MIRROR_LAYOUT = """\
-$ATTNLIP_DATA/
+
+@dataclass(frozen=True)
+class HubFiles:
+    """Files of a Hugging Face model repository that cells read besides the datasets, fetched by name like a
+    dataset (`attnlip data fetch NAME`, through huggingface_hub into its cache) or read from a mirror folder."""
+
+    name: str
+    what: str
+    repo: str    # hub repository
+    kind: str    # "tokenizer": its tokenizer files only
+    mirror: str  # folder under $ATTNLIP_DATA holding the same files
+
+
+HUB_FILES: Dict[str, HubFiles] = {h.name: h for h in (
+    HubFiles("gpt2_tokenizer", "the GPT-2 tokenizer, read by random-init GPT-2 models", "openai-community/gpt2",
+             "tokenizer", "gpt2_tokenizer"),
+)}
+GPT2_TOKENIZER = HUB_FILES["gpt2_tokenizer"]
+
+DATASET_LAYOUT = """\
   nltk_data/corpora/gutenberg/carroll-alice.txt   alice (NLTK's file)
   nltk_data/corpora/brown.zip                     brown (NLTK's package)
   nltk_data/corpora/sentence_polarity.zip         sentence_polarity (NLTK's package)
@@ -96,6 +114,9 @@ $ATTNLIP_DATA/
   fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
   cifar-10-batches-py/data_batch_1..5, test_batch (python pickle format)
   cifar-100-python/train, test, meta (python pickle format)"""
+# every folder a missing-data message names is in the layout: the datasets' files above, the hub files' folders here
+MIRROR_LAYOUT = "$ATTNLIP_DATA/\n" + DATASET_LAYOUT + "".join(
+    f"\n  {h.mirror + '/':46s}  {h.what}: {h.repo}'s {h.kind} files" for h in HUB_FILES.values())
 
 
 def get(name: str) -> Dataset:

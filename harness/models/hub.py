@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+from harness.data.hub import offline_reason
 from harness.errors import DataNotFound
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -91,7 +92,7 @@ def has_tokenizer(folder: Optional[str]) -> bool:
 def remote(name: str) -> Remote:
     """The commit and files a download of `name` would fetch, or why nothing can be downloaded."""
     if offline():
-        return Remote(name, None, (), "downloads are off (HF_HUB_OFFLINE is set)")
+        return Remote(name, None, (), f"downloads are off ({offline_reason() or 'HF_HUB_OFFLINE is set'})")
     return _remote(name)
 
 
@@ -130,9 +131,10 @@ def download(rem: Remote, patterns: Sequence[str] = MODEL_PATTERNS) -> str:
                            f"({e.__class__.__name__}: {str(e)[:300]})", fix=f"{CLI} {rem.name}") from e
 
 
-def not_found(what: str, name: str, rem: Remote) -> str:
-    """One message for an absent model or tokenizer: where it was looked for and how to get it."""
-    how = (f"run `{CLI} {name}` (or any command here) with network access and HF_HUB_OFFLINE unset"
+def not_found(what: str, name: str, rem: Remote, fetch: str = "") -> str:
+    """One message for an absent model or tokenizer: where it was looked for and how to get it (`fetch`: the
+    command that gets it, default `hf download NAME`)."""
+    how = (f"run `{fetch or f'{CLI} {name}'}` (or any command here) with network access and HF_HUB_OFFLINE unset"
            if offline() else "check the name at https://huggingface.co/models")
     env = os.environ.get("HF_HOME") or os.environ.get("HF_HUB_CACHE")
     where = f"{cache_dir()}" + ("" if env else " (set HF_HOME or HF_HUB_CACHE to use another cache)")

@@ -36,6 +36,7 @@ from typing import Dict, Iterable, Optional, Sequence, Union
 import torch
 
 from harness.data import paths
+from harness.data.sources import GPT2_TOKENIZER
 from harness.errors import DataNotFound
 from harness.kernels.attention import AttentionWeights
 from harness.models import hf, hub
@@ -51,7 +52,7 @@ TINY = {"tiny-bert": ("bert-base-uncased", {"num_hidden_layers": 2, "hidden_size
 DEFAULT_CONFIGS = {"bert-base-uncased": "bert", "bert-base-cased": "bert", "google-bert/bert-base-uncased": "bert",
                    "gpt2": "gpt2", "openai-community/gpt2": "gpt2"}
 IMAGE_TYPES = ("vit", "deit", "beit", "dinov2", "swin")  # models without a tokenizer
-GPT2_REPOS = ("gpt2", "openai-community/gpt2")  # the GPT-2 tokenizer's hub names, old and current
+GPT2_REPOS = ("gpt2", GPT2_TOKENIZER.repo)  # the GPT-2 tokenizer's hub names, old and current
 
 
 class WeightsUnavailable(DataNotFound):
@@ -164,7 +165,8 @@ def bert_tokenizer():
 @functools.lru_cache(maxsize=None)
 def gpt2_tokenizer():
     """GPT-2 byte-level BPE tokenizer (50,257 tokens): from the hub cache ("gpt2" or "openai-community/gpt2"),
-    else downloaded (unless HF_HUB_OFFLINE), else from the mirror folder $ATTNLIP_DATA/gpt2_tokenizer."""
+    else downloaded (unless HF_HUB_OFFLINE), else from the mirror folder $ATTNLIP_DATA/gpt2_tokenizer
+    (harness.data.sources.GPT2_TOKENIZER)."""
     from transformers import AutoTokenizer
 
     for repo in GPT2_REPOS:
@@ -176,11 +178,11 @@ def gpt2_tokenizer():
         return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS),
                                              trust_remote_code=False)
     mirror = paths.mirror_root()
-    if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
-        return AutoTokenizer.from_pretrained(str(mirror / "gpt2_tokenizer"), trust_remote_code=False)
-    raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem) +
-                       f", or set {paths.DATA_ENV} to a mirror folder holding gpt2_tokenizer/",
-                       fix=f"{hub.CLI} {GPT2_REPOS[1]} {' '.join(hub.TOKENIZER_PATTERNS[:4])}")
+    if mirror is not None and (mirror / GPT2_TOKENIZER.mirror).is_dir():
+        return AutoTokenizer.from_pretrained(str(mirror / GPT2_TOKENIZER.mirror), trust_remote_code=False)
+    fetch = f"attnlip data fetch {GPT2_TOKENIZER.name}"
+    raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem, fetch) +
+                       f", or set {paths.DATA_ENV} to a mirror folder holding {GPT2_TOKENIZER.mirror}/", fix=fetch)
 
 
 def _default_config(name: str):

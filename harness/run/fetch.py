@@ -99,10 +99,9 @@ def fetch_model(repo: str, what: str, hub_cache: Optional[Path]) -> Tuple[bool, 
     from ..models import hub
 
     patterns = hub.MODEL_PATTERNS if what == "weights" else hub.TOKENIZER_PATTERNS
-    have = hub.cached_snapshot(repo, hub.WEIGHT_FILES if what == "weights" else hub.TOKENIZER_FILES) \
-        if hub_cache is None else None
-    if have:
-        return True, f"{repo} ({what}): already in the hub cache ({have})"
+    state, have = model_state(repo, what) if hub_cache is None else (None, "")
+    if state == PRESENT:
+        return True, f"{repo} ({what}): already here ({have})"
     rem = hub.remote(repo)
     if not rem.sha:
         return False, f"{repo} ({what}): {rem.reason}"

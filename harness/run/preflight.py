@@ -55,14 +55,15 @@ def gpt2_tokenizer_here() -> Optional[str]:
     """Where a local GPT-2 tokenizer is, without the network: a hub-cache snapshot under either hub name, else
     "mirror:gpt2_tokenizer (<folder>)"; None when neither (harness.models.text.gpt2_tokenizer reads the same)."""
     from ..data import paths
+    from ..data.sources import GPT2_TOKENIZER
     from ..models import hub, text
 
     snaps = [f for r in text.GPT2_REPOS if (f := hub.cached_snapshot(r, hub.TOKENIZER_FILES))]
     if snaps:
         return snaps[0]
     mirror = paths.mirror_root()
-    if mirror is not None and (mirror / "gpt2_tokenizer").is_dir():
-        return f"mirror:gpt2_tokenizer ({mirror / 'gpt2_tokenizer'})"
+    if mirror is not None and (mirror / GPT2_TOKENIZER.mirror).is_dir():
+        return f"mirror:{GPT2_TOKENIZER.mirror} ({mirror / GPT2_TOKENIZER.mirror})"
     return None
 
 
@@ -79,11 +80,12 @@ def _tokenizer(src: Optional[str]) -> Optional[Missing]:
         return None
     if not hub.offline() or gpt2_tokenizer_here():
         return None
-    repo = text.GPT2_REPOS[1]
-    return {"item": "the GPT-2 tokenizer", "fix": f"{hub.CLI} {repo} {' '.join(hub.TOKENIZER_PATTERNS[:4])}",
+    from ..data.sources import GPT2_TOKENIZER as tok
+
+    return {"item": "the GPT-2 tokenizer", "fix": f"attnlip data fetch {tok.name}",
             "message": f"the GPT-2 tokenizer (for {name}, random-init weights) is not in the hub cache "
-                       f"({hub.cache_dir()}) and downloads are off; `attnlip data fetch --for EXP` gets it, or a "
-                       "mirror folder gpt2_tokenizer/ under ATTNLIP_DATA"}
+                       f"({hub.cache_dir()}) and downloads are off; `attnlip data fetch {tok.name}` gets it, or a "
+                       f"mirror folder {tok.mirror}/ under ATTNLIP_DATA"}
 
 
 def missing(exp: Experiment, cell: Dict[str, Any], model_source: Optional[str],

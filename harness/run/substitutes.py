@@ -75,7 +75,11 @@ def _model(name: str) -> Tuple[bool, str]:
     if src.startswith("unavailable"):
         from ..models import hub
 
-        return False, "offline: HF_HUB_OFFLINE" if hub.offline() else "weights not cached and the hub unreachable"
+        if hub.offline():
+            from ..data.hub import offline_reason
+
+            return False, f"offline: {offline_reason() or 'HF_HUB_OFFLINE set'}"
+        return False, "weights not cached and the hub unreachable"
     return True, ""
 
 
