@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ from . import config as _config, grid as _grid, lockfile as _lockfile, catalog a
 from .run import costs as _costs, fetch as _fetch, preflight as _preflight, substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
+from .progress import progress_bars_silenced
 
 EPILOG = """examples:
   run_all.py                          every experiment, full scale
@@ -193,7 +193,7 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
         for t, s in zip(p.tasks, states):
             src = "".join(f"  [{s}]" for s in (t.model_source, t.data_source) if s)
             took = _costs.fmt_seconds(_costs.wall_of(rec, t.label))
-            out(f"  {s:8s} {t.key[:12]}  {took:>7s}  {t.label}{src}")
+            out(f"  {s:8s} {t.key[:12]}  {took:>7s}  {t.label}{src}" + (f"  ({t.why})" if t.why else ""))
     if cfg.scale == "paper":
         known = [x for x in paper_total if x is not None]
         out(f"expected at paper scale (serial sum of the declared estimates): ~{_costs.fmt_seconds(sum(known))}"
@@ -278,55 +278,6 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
             lines.append(f"  [{r.name}] {m}: {len(g)} of {int(table['method'].eq(m).sum())} values are not a finite "
                          f"number (NaN or infinity bounds nothing)")
     return "\n".join(lines)
-
-
-PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")
-
-
-def _library_bars() -> dict:
-    """(disable, enable, is_enabled) of the progress bars of each imported library that draws its own
-    (transformers' weight loading, datasets' map/download, huggingface_hub's downloads)."""
-    out = {}
-    if "transformers" in sys.modules:
-        from transformers.utils import logging as tl
-
-        out["transformers"] = (tl.disable_progress_bar, tl.enable_progress_bar, tl.is_progress_bar_enabled)
-    if "datasets" in sys.modules:
-        import datasets as ds
-
-        out["datasets"] = (ds.disable_progress_bars, ds.enable_progress_bars, ds.is_progress_bar_enabled)
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub import utils as hu
-
-        out["huggingface_hub"] = (hu.disable_progress_bars, hu.enable_progress_bars,
-                                  lambda: not hu.are_progress_bars_disabled())
-    return out
-
-
-@contextlib.contextmanager
-def progress_bars_silenced(silence: bool):
-    """Without progress (--no-progress, or stderr not a terminal): no library draws a bar either. The variables
-    reach libraries imported later and the pool's worker processes; libraries already imported are switched off
-    directly. Everything is restored afterwards."""
-    if not silence:
-        yield
-        return
-    saved_env = {k: os.environ.get(k) for k in PROGRESS_ENV}
-    before = {name: fns[2]() for name, fns in _library_bars().items()}
-    os.environ.update({k: "1" for k in PROGRESS_ENV})
-    for fns in _library_bars().values():
-        fns[0]()
-    try:
-        yield
-    finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        for name, fns in _library_bars().items():  # one first imported in the block keeps what it read then
-            if before.get(name):
-                fns[1]()
 
 
 def main(argv: Optional[Sequence[str]] = None, out=print) -> int:

@@ -30,13 +30,26 @@ def _nltk_root(r: resolve.Resolved) -> Path:
     return r.path / "nltk_data" if r.kind == "mirror" else r.path
 
 
+def _stamp(*paths: Path) -> Tuple[tuple, ...]:
+    """(path, size, mtime) of each file among `paths` (a folder: the files in it): part of the in-memory caches'
+    keys below, so a file edited on disk is read again."""
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*")) if p.is_dir() else [])]
+    return tuple((str(f), st.st_size, st.st_mtime_ns) for f in files if f.is_file() for st in [f.stat()])
+
+
+def _nltk_stamp(root: Path, package: str) -> Tuple[tuple, ...]:
+    return _stamp(root / "corpora" / package, root / "corpora" / f"{package}.zip")
+
+
 def _alice() -> Tuple[str, ...]:
     """Alice in Wonderland (NLTK Gutenberg carroll-alice.txt), one string per paragraph."""
-    return _alice_at(_nltk_root(resolve.require("alice")))
+    root = _nltk_root(resolve.require("alice"))
+    return _alice_at(root, _stamp(root / "corpora" / "gutenberg" / "carroll-alice.txt",
+                                  root / "corpora" / "gutenberg.zip"))
 
 
 @functools.lru_cache(maxsize=None)
-def _alice_at(root: Path) -> Tuple[str, ...]:
+def _alice_at(root: Path, stamp: tuple = ()) -> Tuple[str, ...]:
     from nltk.corpus.reader import PlaintextCorpusReader
 
     raw = resolve.nltk_reader(root, "gutenberg", PlaintextCorpusReader, r"(?!\.).*\.txt",
@@ -46,11 +59,12 @@ def _alice_at(root: Path) -> Tuple[str, ...]:
 
 def _brown() -> Tuple[str, ...]:
     """NLTK Brown corpus, one string per paragraph (words joined by spaces)."""
-    return _brown_at(_nltk_root(resolve.require("brown")))
+    root = _nltk_root(resolve.require("brown"))
+    return _brown_at(root, _nltk_stamp(root, "brown"))
 
 
 @functools.lru_cache(maxsize=None)
-def _brown_at(root: Path) -> Tuple[str, ...]:
+def _brown_at(root: Path, stamp: tuple = ()) -> Tuple[str, ...]:
     from nltk.corpus.reader import CategorizedTaggedCorpusReader
 
     reader = resolve.nltk_reader(root, "brown", CategorizedTaggedCorpusReader, r"c[a-z]\d\d",
@@ -61,11 +75,11 @@ def _brown_at(root: Path) -> Tuple[str, ...]:
 def _ag_news() -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     """AG_NEWS test split: texts 'title description' (as torchtext and the hub join them) and labels 0..3."""
     r = resolve.require("ag_news")
-    return _ag_news_at(r.kind, r.path)
+    return _ag_news_at(r.kind, r.path, _stamp(r.path / "ag_news" / "test.csv") if r.kind != "hf" else ())
 
 
 @functools.lru_cache(maxsize=None)
-def _ag_news_at(kind: str, where: Path) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+def _ag_news_at(kind: str, where: Path, stamp: tuple = ()) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if kind == "hf":
         h = sources.get("ag_news").hub
         ds = hub.load_split(h, h.split("test"), where)
@@ -83,11 +97,11 @@ def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if split not in ("train", "dev"):
         raise ValueError(f"SST-2 split must be 'train' or 'dev' (the test split has no labels), got {split!r}")
     r = resolve.require("sst2")
-    return _sst2_at(r.kind, r.path, split)
+    return _sst2_at(r.kind, r.path, split, _stamp(r.path / "sst2" / f"{split}.tsv") if r.kind != "hf" else ())
 
 
 @functools.lru_cache(maxsize=None)
-def _sst2_at(kind: str, where: Path, split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+def _sst2_at(kind: str, where: Path, split: str, stamp: tuple = ()) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if kind == "hf":
         h = sources.get("sst2").hub
         ds = hub.load_split(h, h.split(split), where)

@@ -187,6 +187,9 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
                                             missing=t.missing)
             elif not collect_only:
                 todo.append(make_spec(p.exp, t, cfg, progress=cfg.progress and cfg.executor == "serial"))
+        if not collect_only:
+            for line in recompute_lines(p, cfg.force):
+                echo(line)
     for line in plan_notices(plans.values(), cfg.scale):  # one line per substitute, before anything runs
         echo(line)
     statuses: Dict[str, CellStatus] = dict(skipped)
@@ -216,6 +219,15 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
     except Exception as e:  # noqa: BLE001
         echo(f"warning: could not write {cfg.output_root / 'README.md'}: {e.__class__.__name__}: {e}")
     return list(results.values())
+
+
+def recompute_lines(p: ExpPlan, force: bool) -> List[str]:
+    """One line per reason the plan gives for computing cells again (harness.run.changes), with their count."""
+    counts: Dict[str, int] = {}
+    for t in p.tasks:
+        if t.why and t.state == "missing" and not t.missing:
+            counts[t.why] = counts.get(t.why, 0) + 1
+    return [] if force else [f"{p.exp.name}: computing {k} cell(s) again: {why}" for why, k in counts.items()]
 
 
 def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:
