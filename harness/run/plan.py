@@ -12,6 +12,7 @@ from .. import grid as _grid
 from .. import catalog as _catalog
 from ..catalog import Experiment
 from ..store import keys as _keys
+from ..store.atomic import folder_problem
 from ..store.cells import CellCache, CorruptCell, column_conflicts, null_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
 from . import changes as _changes
@@ -47,6 +48,10 @@ class RunConfig:
     def __post_init__(self):
         self.results_dir = Path(self.results_dir)
         self.cache_dir = Path(self.cache_dir) if self.cache_dir else self.results_dir / "cache"
+        for flag, folder in (("--results-dir", self.results_dir), ("--cache-dir", self.cache_dir)):
+            why = folder_problem(folder)
+            if why:
+                raise ValueError(f"{flag} {why}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         _config.check_scale(self.scale)
