@@ -281,7 +281,16 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
-    """CLI entry: returns the exit status (0 ok, 1 failures, 2 usage error)."""
+    """CLI entry: returns the exit status (0 ok, 1 failures, 2 usage error, 130 interrupted by Ctrl-C)."""
+    try:
+        return _main(argv, out)
+    except KeyboardInterrupt as e:  # cell files are written whole or not at all; a rerun skips those written
+        kept = f"{e.kept} cell(s) kept" if isinstance(e, _runner.Interrupted) else "cells written so far kept"
+        print(f"run_all.py: interrupted; {kept}, rerun to continue", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Optional[Sequence[str]], out) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
