@@ -7,17 +7,20 @@ hub's validation split) with labels 0/1.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import hashlib
 import random
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from harness.data import hub, resolve, sources
+from harness.data import hub, paths, resolve, sources
 
 CORPORA = ("alice", "ag_news", "sst2", "brown", "synthetic")
 
@@ -30,31 +33,26 @@ def _nltk_root(r: resolve.Resolved) -> Path:
     return r.path / "nltk_data" if r.kind == "mirror" else r.path
 
 
-def _stamp(*paths: Path) -> Tuple[tuple, ...]:
-    """(path, size, mtime) of each file among `paths` (a folder: the files in it): part of the in-memory caches'
-    keys below, so a file edited on disk is read again."""
-    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*")) if p.is_dir() else [])]
-    return tuple((str(f), st.st_size, st.st_mtime_ns) for f in files if f.is_file() for st in [f.stat()])
-
-
 def _nltk_stamp(root: Path, package: str) -> Tuple[tuple, ...]:
-    return _stamp(root / "corpora" / package, root / "corpora" / f"{package}.zip")
+    return paths.stamp(root / "corpora" / package, root / "corpora" / f"{package}.zip")
 
 
 def _alice() -> Tuple[str, ...]:
     """Alice in Wonderland (NLTK Gutenberg carroll-alice.txt), one string per paragraph."""
     root = _nltk_root(resolve.require("alice"))
-    return _alice_at(root, _stamp(root / "corpora" / "gutenberg" / "carroll-alice.txt",
-                                  root / "corpora" / "gutenberg.zip"))
+    return _alice_at(root, paths.stamp(root / "corpora" / "gutenberg" / "carroll-alice.txt",
+                                       root / "corpora" / "gutenberg.zip"))
 
 
 @functools.lru_cache(maxsize=None)
 def _alice_at(root: Path, stamp: tuple = ()) -> Tuple[str, ...]:
     from nltk.corpus.reader import PlaintextCorpusReader
 
-    raw = resolve.nltk_reader(root, "gutenberg", PlaintextCorpusReader, r"(?!\.).*\.txt",
-                              encoding="latin1").raw("carroll-alice.txt")
-    return tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p)
+    with _readable(root, "gutenberg", "alice"):
+        raw = resolve.nltk_reader(root, "gutenberg", PlaintextCorpusReader, r"(?!\.).*\.txt",
+                                  encoding="latin1").raw("carroll-alice.txt")
+    return _nonempty(tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p), root, "gutenberg",
+                     "alice")
 
 
 def _brown() -> Tuple[str, ...]:
@@ -67,15 +65,41 @@ def _brown() -> Tuple[str, ...]:
 def _brown_at(root: Path, stamp: tuple = ()) -> Tuple[str, ...]:
     from nltk.corpus.reader import CategorizedTaggedCorpusReader
 
-    reader = resolve.nltk_reader(root, "brown", CategorizedTaggedCorpusReader, r"c[a-z]\d\d",
-                                 cat_file="cats.txt", tagset="brown", encoding="ascii")
-    return tuple(" ".join(w for s in p for w in s) for p in reader.paras())
+    with _readable(root, "brown", "brown"):
+        reader = resolve.nltk_reader(root, "brown", CategorizedTaggedCorpusReader, r"c[a-z]\d\d",
+                                     cat_file="cats.txt", tagset="brown", encoding="ascii")
+        paras = tuple(" ".join(w for s in p for w in s) for p in reader.paras())
+    return _nonempty(paras, root, "brown", "brown")
+
+
+@contextlib.contextmanager
+def _readable(root: Path, package: str, name: str):
+    """An NLTK package that cannot be read (a cut-off or empty zip, an undecodable file) is paths.damaged."""
+    try:
+        yield
+    except (zipfile.BadZipFile, EOFError, zlib.error, UnicodeDecodeError, ValueError) as e:
+        why = (str(e).strip().splitlines() or [""])[0][:160]
+        raise paths.damaged(_package_file(root, package), f"unreadable ({e.__class__.__name__}: {why})", name) from None
+
+
+def _nonempty(texts: Tuple[str, ...], root: Path, package: str, name: str) -> Tuple[str, ...]:
+    if not texts:
+        raise paths.damaged(_package_file(root, package), "no text in it (an empty file?)", name)
+    return texts
+
+
+def _package_file(root: Path, package: str) -> Path:
+    """The file or folder of an NLTK package under root, for messages."""
+    zipped = root / "corpora" / f"{package}.zip"
+    if package == "gutenberg" and (root / "corpora" / "gutenberg" / "carroll-alice.txt").is_file():
+        return root / "corpora" / "gutenberg" / "carroll-alice.txt"
+    return zipped if zipped.is_file() and not (root / "corpora" / package).is_dir() else root / "corpora" / package
 
 
 def _ag_news() -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     """AG_NEWS test split: texts 'title description' (as torchtext and the hub join them) and labels 0..3."""
     r = resolve.require("ag_news")
-    return _ag_news_at(r.kind, r.path, _stamp(r.path / "ag_news" / "test.csv") if r.kind != "hf" else ())
+    return _ag_news_at(r.kind, r.path, paths.stamp(r.path / "ag_news" / "test.csv") if r.kind != "hf" else ())
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,7 +121,7 @@ def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if split not in ("train", "dev"):
         raise ValueError(f"SST-2 split must be 'train' or 'dev' (the test split has no labels), got {split!r}")
     r = resolve.require("sst2")
-    return _sst2_at(r.kind, r.path, split, _stamp(r.path / "sst2" / f"{split}.tsv") if r.kind != "hf" else ())
+    return _sst2_at(r.kind, r.path, split, paths.stamp(r.path / "sst2" / f"{split}.tsv") if r.kind != "hf" else ())
 
 
 @functools.lru_cache(maxsize=None)
