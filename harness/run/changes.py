@@ -41,9 +41,10 @@ def _data(then: Dict[str, Any], now: Dict[str, Any]) -> list:
 
 
 def why(then: Dict[str, Any], now: Dict[str, Any], code: str, manifest: Dict[str, Any]) -> str:
-    """Why the cell `now` (key, sources, data_identity) has another key than the manifest's entry `then`."""
+    """Why the cell `now` (key, sources, data_identity) has another key than the manifest's entry `then` ("" when
+    it has the same)."""
     if then.get("key") == now.get("key"):
-        return "not in the cache"
+        return ""  # the same cell, computed elsewhere (a fresh clone, an emptied cache): nothing changed
     out = _data(then, now)
     for field, what in (("data_source", "data source"), ("model_source", "model")):
         if then.get(field) != now.get(field):
@@ -69,4 +70,4 @@ def reasons(tasks: Sequence[Any], code: str, manifest: Optional[Dict[str, Any]])
             now = {"key": t.key, "data_source": t.data_source, "model_source": t.model_source,
                    "data_identity": t.data_identity}
             out[t.label] = why(then[t.label], now, code, manifest)
-    return out
+    return {k: v for k, v in out.items() if v}
