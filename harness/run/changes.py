@@ -35,8 +35,9 @@ def _data(then: Dict[str, Any], now: Dict[str, Any]) -> list:
             continue
         if name in old:
             out.append(f"data changed: {name} (sha256 {_short(old.get(name))} -> {_short(new.get(name))})")
-        else:  # recorded before data entered the key by content
-            out.append(f"data {name} now keyed by its content (sha256 {_short(new.get(name))})")
+        else:  # a manifest entry without the dataset's hash
+            out.append(f"data {name} keyed by its content (sha256 {_short(new.get(name))}; the last run's record "
+                       f"has no hash of it)")
     return out
 
 
