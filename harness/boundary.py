@@ -7,7 +7,8 @@ not walked: the runner, executors, worker, store and claims, CLI, manifests, pro
 plotting and reports. An edit there cannot change a number, so it must not throw a computed cell away.
 
 What infrastructure could change about a number is a declared key field instead: seed, dtype, device kind, the
-resolved model and data sources, the versions of the numeric libraries, the plug-in sources (harness.store.keys).
+resolved model and data sources and the content hash of the data files, the versions of the numeric libraries,
+the plug-in sources (harness.store.keys).
 The RNG reset before a cell and the deterministic thread blocks of training are compute code (harness.context, in
 ALWAYS), although the worker is the one calling them.
 
@@ -37,12 +38,13 @@ INFRASTRUCTURE: Tuple[str, ...] = (
     "harness.errors",                   # exception classes (a failed cell is never cached)
     "harness.plugins",                  # loads plug-in bounds by name; each plug-in is keyed by its own source
     "harness.cli", "harness.entry", "harness.lockfile",
-    "harness.manifest", "harness.plotting", "harness.report",
+    "harness.manifest", "harness.plotting", "harness.report", "harness.progress",
     "harness.run", "harness.run.*",     # planner, executors, worker, outputs, verification, preflight
     "harness.store", "harness.store.*",  # keys, code hashes, cells, claims, artifacts, atomic writes
     "harness.analyze.cli", "harness.analyze.report",
     "harness.certify.cli", "harness.certify.report",
     "harness.data.cli",
+    "harness.data.identity",            # content hashes of the data files a cell reads: a key field of their own
     "experiments.*.figures", "experiments.*.figures.*",  # presentation: figures read result tables only
     "experiments.figures", "experiments.figures.*",
     *(f"experiments.{family}" for family in FAMILIES),  # the family packages' __init__ (docstrings)

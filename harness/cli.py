@@ -12,7 +12,7 @@ from . import config as _config, grid as _grid, lockfile as _lockfile, catalog a
 from .run import costs as _costs, fetch as _fetch, preflight as _preflight, substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
-from .process import progress_bars_silenced
+from .progress import progress_bars_silenced
 
 EPILOG = """examples:
   run_all.py                          every experiment, full scale
@@ -193,7 +193,7 @@ def cmd_dry_run(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None
         for t, s in zip(p.tasks, states):
             src = "".join(f"  [{s}]" for s in (t.model_source, t.data_source) if s)
             took = _costs.fmt_seconds(_costs.wall_of(rec, t.label))
-            out(f"  {s:8s} {t.key[:12]}  {took:>7s}  {t.label}{src}")
+            out(f"  {s:8s} {t.key[:12]}  {took:>7s}  {t.label}{src}" + (f"  ({t.why})" if t.why else ""))
     if cfg.scale == "paper":
         known = [x for x in paper_total if x is not None]
         out(f"expected at paper scale (serial sum of the declared estimates): ~{_costs.fmt_seconds(sum(known))}"
@@ -281,7 +281,16 @@ def unsound_plugins(results, plugins: Sequence[str]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None, out=print) -> int:
-    """CLI entry: returns the exit status (0 ok, 1 failures, 2 usage error)."""
+    """CLI entry: returns the exit status (0 ok, 1 failures, 2 usage error, 130 interrupted by Ctrl-C)."""
+    try:
+        return _main(argv, out)
+    except KeyboardInterrupt as e:  # cell files are written whole or not at all; a rerun skips those written
+        kept = f"{e.kept} cell(s) kept" if isinstance(e, _runner.Interrupted) else "cells written so far kept"
+        print(f"run_all.py: interrupted; {kept}, rerun to continue", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Optional[Sequence[str]], out) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")

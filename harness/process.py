@@ -1,5 +1,4 @@
-"""Process-wide settings of the entry points: memory (`attnlip analyze`, the benchmark reports, the experiment
-runner's cells) and the libraries' progress bars (`progress_bars_silenced`, for --no-progress).
+"""Process-wide memory setting of `attnlip analyze`, the benchmark reports and the experiment runner's cells.
 
 glibc's malloc serves every block above its mmap threshold (128 KiB at start; it rises with freed blocks, up to
 32 MiB) with a fresh mapping that `free` unmaps, and trims the heap top beyond its trim threshold (128 KiB, twice
@@ -21,7 +20,6 @@ the calling thread's buffer too. Python callers may call both themselves. A user
 MALLOC_TRIM_THRESHOLD_ or glibc.malloc tunables win; other C libraries (musl, macOS) are left alone."""
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import sys
@@ -80,52 +78,3 @@ def release_freed_memory() -> bool:
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
-
-
-PROGRESS_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")
-
-
-def _library_bars() -> dict:
-    """(disable, enable, is_enabled) of the progress bars of each imported library that draws its own
-    (transformers' weight loading, datasets' map/download, huggingface_hub's downloads)."""
-    out = {}
-    if "transformers" in sys.modules:
-        from transformers.utils import logging as tl
-
-        out["transformers"] = (tl.disable_progress_bar, tl.enable_progress_bar, tl.is_progress_bar_enabled)
-    if "datasets" in sys.modules:
-        import datasets as ds
-
-        out["datasets"] = (ds.disable_progress_bars, ds.enable_progress_bars, ds.is_progress_bar_enabled)
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub import utils as hu
-
-        out["huggingface_hub"] = (hu.disable_progress_bars, hu.enable_progress_bars,
-                                  lambda: not hu.are_progress_bars_disabled())
-    return out
-
-
-@contextlib.contextmanager
-def progress_bars_silenced(silence: bool):
-    """Without progress (--no-progress, or stderr not a terminal): no library draws a bar either. The variables
-    reach libraries imported later and the pool's worker processes; libraries already imported are switched off
-    directly. Everything is restored afterwards."""
-    if not silence:
-        yield
-        return
-    saved_env = {k: os.environ.get(k) for k in PROGRESS_ENV}
-    before = {name: fns[2]() for name, fns in _library_bars().items()}
-    os.environ.update({k: "1" for k in PROGRESS_ENV})
-    for fns in _library_bars().values():
-        fns[0]()
-    try:
-        yield
-    finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        for name, fns in _library_bars().items():  # one first imported in the block keeps what it read then
-            if before.get(name):
-                fns[1]()

@@ -31,7 +31,7 @@ def test_a_truncated_mirror_file_is_an_error_not_an_input(tmp_path, monkeypatch,
     f.write_text(whole[: whole.index("\n", 200) + 20], encoding="utf-8")  # cut 20 characters into a row
     monkeypatch.setenv("ATTNLIP_DATA", str(root))
     _refused(capsys, ["--model", "tiny-bert", "--dataset", "ag_news", "--samples", "3", "--no-progress"],
-             f"{f}, line", "truncated or damaged", "copy ag_news/test.csv into the mirror again")
+             f"{f}: line", "truncated or damaged", "copy ag_news/test.csv into the mirror again")
 
 
 @pytest.mark.parametrize("text, shown", [("\u200b\u200b", "U+200B U+200B"), ("\u202e", "U+202E"),

@@ -108,7 +108,7 @@ def test_a_damaged_mirror_file_is_named_not_read(tmp_path, monkeypatch, name, fi
     monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path))
     with pytest.raises(MissingData, match="truncated or damaged") as e:
         text.load_corpus(name)
-    assert str(e.value).startswith(f"{tmp_path / file}, {where}"), str(e.value)
+    assert str(e.value).startswith(f"{tmp_path / file}: {where}"), str(e.value)
     assert "copy " + file + " into the mirror again" in e.value.fix
 
 

@@ -124,3 +124,56 @@ def test_full_disk_while_writing_outputs_names_the_cause(fake, tmp_path, monkeyp
     (r,) = runner.run(["_fake_squares"], cfg, echo=lambda *a: None)
     assert r.figure_error and "No space left on device" in r.figure_error and "writing outputs" in r.figure_error
     assert r.computed == 6  # the cells are cached; a rerun after freeing space only rewrites the outputs
+
+
+def _cells_cached(results: Path) -> list:
+    return sorted((results / "cache" / "cells" / "_fake_slow").glob("*.json"))
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_ends_a_run_in_one_line(fake, tmp_path, jobs):
+    """Ctrl-C (SIGINT to the runner's process group, as a terminal sends it) once a cell is cached: one line, exit
+    130, the cached cells whole, no temp file or claim left, no worker left, no traceback from runner or pool."""
+    mod, _ = fake
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, str(REPO / "run_all.py"), "_fake_slow", "-j", jobs, "--results-dir",
+                             str(results), "--no-figures", "--no-progress"], env=_env(mod, ATTNLIP_TEST_SLEEP="0.7"),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and not _cells_cached(results) and proc.poll() is None:
+        time.sleep(0.05)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("run_all.py: interrupted; ") and "rerun to continue" in lines[0]
+    kept = _cells_cached(results)
+    assert 1 <= len(kept) < 8 and f"{len(kept)} cell(s) kept" in lines[0], (lines, kept)
+    for f in kept:
+        cells.load_cell(f)  # whole: parses, checksum matches
+    assert not [p for p in results.rglob("*") if ".tmp." in p.name or p.suffix == ".claim"]
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, f"{len(alive)} worker(s) still running"
+
+
+def test_ctrl_c_during_collect_is_one_line(fake, tmp_path, capsys, monkeypatch):
+    from harness.run import runner as R
+
+    results = str(tmp_path / "results")
+    assert cli.main(["_fake_squares", "--results-dir", results, "--no-progress", "--no-figures"],
+                    out=lambda *a: None) == 0
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(R, "write_outputs", interrupted)
+    capsys.readouterr()
+    try:
+        rc = cli.main(["_fake_squares", "--collect", "--results-dir", results, "--no-progress"], out=lambda *a: None)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C during --collect escaped as a KeyboardInterrupt (a traceback)")
+    err = capsys.readouterr().err
+    assert rc == 130 and err.startswith("run_all.py: interrupted; ") and len(err.strip().splitlines()) == 1, err

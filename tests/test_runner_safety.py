@@ -240,3 +240,34 @@ def test_pool_lines_show_each_experiments_cell_time(fake, tmp_path, capsys, monk
                    "--no-progress"], out=lambda *a: said.append(" ".join(map(str, a))))
     line = next(x for x in said if x.startswith("_fake_squares: "))
     assert "[cells " in line, (rc, said)
+
+
+def test_serial_lines_show_each_experiments_own_time(fake, tmp_path, monkeypatch):
+    """Serially, an experiment whose cells are all cached reports its own time, not the time the experiments
+    before it took to compute."""
+    results = tmp_path / "r"
+    quiet = dict(out=lambda *a: None)
+    assert cli.main(["_fake_squares", "--results-dir", str(results), "--no-progress", "--no-figures"], **quiet) == 0
+    monkeypatch.setenv("ATTNLIP_TEST_SLEEP", "0.5")
+    said = []
+    assert cli.main(["_fake_slow", "_fake_squares", "--set", "i=0,1", "--results-dir", str(results), "--no-progress",
+                     "--no-figures"], out=lambda *a: said.append(" ".join(map(str, a)))) == 0
+    slow = next(x for x in said if x.startswith("_fake_slow: "))
+    cached = next(x for x in said if x.startswith("_fake_squares: "))
+    took = {x: float(x.split("[")[-1].rstrip("s]")) for x in (slow, cached)}
+    assert "0 computed, 6 cached" in cached and took[cached] < took[slow], (slow, cached)  # slow: >= 2 x 0.5 s
+
+
+@pytest.mark.parametrize("flag", ["--results-dir", "--cache-dir", "analyze --out"])
+def test_a_symlink_loop_as_an_output_folder_is_one_line(tmp_path, capsys, flag):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    if flag == "analyze --out":
+        from harness.analyze import cli as analyze_cli
+
+        rc = analyze_cli.main(["--model", "bert-tiny", "--text", "hello", "--no-progress", "--out", str(loop)])
+    else:
+        rc = cli.main(["jasmin_softmax", "--scale", "test", "--no-progress", flag, str(loop / "sub")],
+                      out=lambda *a: None)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len([x for x in err if "error" in x]) == 1 and "loop" in err[-1].lower(), err

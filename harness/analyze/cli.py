@@ -156,7 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)  # exits 2 itself on a malformed command line
     import torch
 
-    from harness.process import progress_bars_silenced
+    from harness.progress import progress_bars_silenced
 
     before = torch.get_num_threads()
     try:
@@ -174,9 +174,12 @@ def check_out(out: Optional[str]) -> Optional[Path]:
         return None
     from harness.store.codehash import REPO_ROOT
 
+    from harness.store.atomic import folder_problem
+
     path = Path(out).expanduser()
-    if path.exists() and not path.is_dir():
-        raise validate.UsageError("--out", f"{out} is a file, not a folder", "name a folder (created if absent)")
+    why = folder_problem(path)
+    if why:
+        raise validate.UsageError("--out", why, "name a folder (created if absent)")
     resolved = path.resolve()
     results = (REPO_ROOT / "results").resolve()
     ours = resolved == results or resolved.is_relative_to(results) and not resolved.is_relative_to(results / "cache")

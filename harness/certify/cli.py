@@ -131,7 +131,7 @@ def _token_budget(a, model, tok, inputs) -> Optional[int]:
 def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     from harness.analyze.cli import check_out, threads
-    from harness.process import progress_bars_silenced
+    from harness.progress import progress_bars_silenced
 
     try:
         out = check_out(a.out)

@@ -13,6 +13,7 @@ import functools
 import gzip
 import os
 import pickle
+import zlib
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -41,17 +42,21 @@ CIFAR_FILES = {
 
 
 def _read_idx(path: Path) -> np.ndarray:
-    """Decode a gzipped idx file (big-endian header: magic, dims) into a uint8 array."""
-    with gzip.open(path, "rb") as f:
-        data = f.read()
+    """Decode a gzipped idx file (big-endian header: magic, dims) into a uint8 array; an empty, cut-off or
+    malformed file is paths.damaged."""
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (EOFError, OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise paths.damaged(path, f"not a complete gzip file ({e.__class__.__name__}: {e})", "fashion_mnist") from None
     magic = int.from_bytes(data[:4], "big")
-    if magic >> 8 != 0x08:  # 0x0000 08 nd: unsigned byte
-        raise ValueError(f"{path}: not an unsigned-byte idx file (magic {magic:#x})")
+    if len(data) < 4 or magic >> 8 != 0x08:  # 0x0000 08 nd: unsigned byte
+        raise paths.damaged(path, f"not an unsigned-byte idx file (magic {magic:#x})", "fashion_mnist")
     nd = magic & 0xFF
     dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(nd)]
-    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd)
-    if arr.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: truncated idx file ({arr.size} values, header says {dims})")
+    arr = np.frombuffer(data, dtype=np.uint8, offset=min(4 + 4 * nd, len(data)))
+    if len(data) < 4 + 4 * nd or arr.size != int(np.prod(dims)) or not arr.size:
+        raise paths.damaged(path, f"a truncated idx file ({arr.size} values, header says {dims})", "fashion_mnist")
     return arr.reshape(dims)
 
 
@@ -68,16 +73,17 @@ def _hub_images(name: str, where: Path, split: str) -> Tuple[np.ndarray, np.ndar
 
 def _fashion(root: Optional[str], split: str) -> Tuple[np.ndarray, np.ndarray, str]:
     if root is not None:
-        return _fashion_idx(str(paths.fashion_mnist_dir(root)), split)
+        d = paths.fashion_mnist_dir(root)
+        return _fashion_idx(str(d), split, paths.stamp(d))
     r = resolve.require("fashion_mnist")
     if r.kind == "hf":
         return _hub_images("fashion_mnist", r.path, split)
     d = r.path / "fashion-mnist" if r.kind == "mirror" else r.path
-    return _fashion_idx(str(d), split)
+    return _fashion_idx(str(d), split, paths.stamp(d))
 
 
 @functools.lru_cache(maxsize=None)
-def _fashion_idx(folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+def _fashion_idx(folder: str, split: str, stamp: tuple = ()) -> Tuple[np.ndarray, np.ndarray, str]:
     d = Path(folder)
     stem = "train" if split == "train" else "t10k"
     files = [d / f"{stem}-images-idx3-ubyte.gz", d / f"{stem}-labels-idx1-ubyte.gz"]
@@ -88,7 +94,7 @@ def _fashion_idx(folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
     X = _read_idx(files[0])[:, None]  # (N, 1, 28, 28) uint8
     y = _read_idx(files[1]).astype(np.int64)
     if len(X) != len(y):
-        raise ValueError(f"Fashion-MNIST {split}: {len(X)} images but {len(y)} labels in {d}")
+        raise paths.damaged(files[1], f"{len(y)} labels for the {len(X)} images of {files[0].name}", "fashion_mnist")
     return X, y, str(d)
 
 
@@ -105,6 +111,10 @@ def _digits(split: str) -> Tuple[np.ndarray, np.ndarray, str]:
     return X, b.target[idx].astype(np.int64), "sklearn.datasets.load_digits (seeded 80/20 split)"
 
 
+class Refused(pickle.UnpicklingError):
+    """A pickle that names a callable the safe unpickler does not admit: planted, never run (not damage)."""
+
+
 class _SafeUnpickler(pickle.Unpickler):
     """Admits dicts/lists/bytes/str/int/float and numpy arrays only: a planted pickle cannot run code."""
 
@@ -115,8 +125,8 @@ class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in self.ALLOWED:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR batch (only arrays and "
-                                     "plain data are allowed)")
+        raise Refused(f"refusing to load {module}.{name} from a CIFAR batch (only arrays and plain data are "
+                      "allowed)")
 
 
 def safe_pickle_load(fh):
@@ -128,15 +138,15 @@ def _cifar(name: str, root: Optional[str], split: str) -> Tuple[np.ndarray, np.n
     """CIFAR-10 or CIFAR-100 (fine labels): from `root`, else the source harness.data.resolve picks."""
     folder = CIFAR_FILES[name][1]
     if root is not None:
-        return _cifar_pickles(name, str(folder(root)), split)
+        return _cifar_pickles(name, str(folder(root)), split, paths.stamp(folder(root)))
     r = resolve.require(name)
     if r.kind == "hf":
         return _hub_images(name, r.path, split)
-    return _cifar_pickles(name, str(folder(r.path)), split)
+    return _cifar_pickles(name, str(folder(r.path)), split, paths.stamp(folder(r.path)))
 
 
 @functools.lru_cache(maxsize=None)
-def _cifar_pickles(name: str, folder: str, split: str) -> Tuple[np.ndarray, np.ndarray, str]:
+def _cifar_pickles(name: str, folder: str, split: str, stamp: tuple = ()) -> Tuple[np.ndarray, np.ndarray, str]:
     """The split's pickle files in `folder` (dicts with b"data" (N, 3072) uint8 and the label key) as uint8
     (N, 3, 32, 32) and int64 labels, read by safe_pickle_load."""
     d, (label, _, train, test, label_key) = Path(folder), CIFAR_FILES[name]
@@ -146,10 +156,17 @@ def _cifar_pickles(name: str, folder: str, split: str) -> Tuple[np.ndarray, np.n
         if not f.is_file():
             raise paths.DataNotFound(f"missing {label} file {f} (python pickle format, "
                                      f"{paths.CIFAR_FOLDERS[name][0]})", fix=f"attnlip data fetch {name}")
-        with open(f, "rb") as fh:
-            batch = safe_pickle_load(fh)
-        xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(batch[label_key], dtype=np.int64))
+        try:
+            with open(f, "rb") as fh:
+                batch = safe_pickle_load(fh)
+            xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(batch[label_key], dtype=np.int64))
+            if not len(xs[-1]) or len(xs[-1]) != len(ys[-1]):
+                raise ValueError(f"{len(xs[-1])} images, {len(ys[-1])} labels")
+        except Refused:
+            raise
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as e:
+            raise paths.damaged(f, f"not a {label} batch ({e.__class__.__name__}: {e})", name) from None
     return np.concatenate(xs), np.concatenate(ys), str(d)
 
 

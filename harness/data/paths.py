@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from harness.errors import DataNotFound, MissingData  # noqa: F401 - re-exported
 
@@ -22,6 +22,20 @@ DEFAULT_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 # `make data` unpacks Debian's dataset-fashion-mnist here, without root
 LOCAL_FASHION_MNIST = REPO_ROOT / ".data" / "fashion-mnist" / "usr" / "share" / "datasets" / "fashion-mnist"
 FIX_FASHION = "attnlip data fetch fashion_mnist   (or `make data`, which also unpacks Debian's dataset-fashion-mnist)"
+
+
+def stamp(*paths: Path) -> Tuple[tuple, ...]:
+    """(path, size, mtime) of each file among `paths` (a folder: the files in it). The loaders' in-memory caches
+    take it as part of their key, so a file edited on disk is read again."""
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*")) if p.is_dir() else [])]
+    return tuple((str(f), st.st_size, st.st_mtime_ns) for f in files if f.is_file() for st in [f.stat()])
+
+
+def damaged(path: Path, what: str, name: str, fix: str = "") -> MissingData:
+    """The error for a data file that is empty, cut off or not in its format (one line: the file, what is wrong,
+    the fix). Raised inside a cell, it skips the cell as missing data; the run goes on and fails at the end."""
+    fix = fix or f"replace it with a good copy, or delete it and run `attnlip data fetch {name}`"
+    return MissingData(f"{path}: {what}; the copy is truncated or damaged. Fix: {fix}", fix=fix)
 
 
 def mirror_root() -> Optional[Path]:

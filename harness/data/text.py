@@ -7,11 +7,14 @@ hub's validation split) with labels 0/1.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import hashlib
 import random
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -31,42 +34,77 @@ def _nltk_root(r: resolve.Resolved) -> Path:
     return r.path / "nltk_data" if r.kind == "mirror" else r.path
 
 
+def _nltk_stamp(root: Path, package: str) -> Tuple[tuple, ...]:
+    return paths.stamp(root / "corpora" / package, root / "corpora" / f"{package}.zip")
+
+
 def _alice() -> Tuple[str, ...]:
     """Alice in Wonderland (NLTK Gutenberg carroll-alice.txt), one string per paragraph."""
-    return _alice_at(_nltk_root(resolve.require("alice")))
+    root = _nltk_root(resolve.require("alice"))
+    return _alice_at(root, paths.stamp(root / "corpora" / "gutenberg" / "carroll-alice.txt",
+                                       root / "corpora" / "gutenberg.zip"))
 
 
 @functools.lru_cache(maxsize=None)
-def _alice_at(root: Path) -> Tuple[str, ...]:
+def _alice_at(root: Path, stamp: tuple = ()) -> Tuple[str, ...]:
     from nltk.corpus.reader import PlaintextCorpusReader
 
-    raw = resolve.nltk_reader(root, "gutenberg", PlaintextCorpusReader, r"(?!\.).*\.txt",
-                              encoding="latin1").raw("carroll-alice.txt")
-    return tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p)
+    with _readable(root, "gutenberg", "alice"):
+        raw = resolve.nltk_reader(root, "gutenberg", PlaintextCorpusReader, r"(?!\.).*\.txt",
+                                  encoding="latin1").raw("carroll-alice.txt")
+    return _nonempty(tuple(p for p in (_squash(b) for b in re.split(r"\n\s*\n", raw)) if p), root, "gutenberg",
+                     "alice")
 
 
 def _brown() -> Tuple[str, ...]:
     """NLTK Brown corpus, one string per paragraph (words joined by spaces)."""
-    return _brown_at(_nltk_root(resolve.require("brown")))
+    root = _nltk_root(resolve.require("brown"))
+    return _brown_at(root, _nltk_stamp(root, "brown"))
 
 
 @functools.lru_cache(maxsize=None)
-def _brown_at(root: Path) -> Tuple[str, ...]:
+def _brown_at(root: Path, stamp: tuple = ()) -> Tuple[str, ...]:
     from nltk.corpus.reader import CategorizedTaggedCorpusReader
 
-    reader = resolve.nltk_reader(root, "brown", CategorizedTaggedCorpusReader, r"c[a-z]\d\d",
-                                 cat_file="cats.txt", tagset="brown", encoding="ascii")
-    return tuple(" ".join(w for s in p for w in s) for p in reader.paras())
+    with _readable(root, "brown", "brown"):
+        reader = resolve.nltk_reader(root, "brown", CategorizedTaggedCorpusReader, r"c[a-z]\d\d",
+                                     cat_file="cats.txt", tagset="brown", encoding="ascii")
+        paras = tuple(" ".join(w for s in p for w in s) for p in reader.paras())
+    return _nonempty(paras, root, "brown", "brown")
+
+
+@contextlib.contextmanager
+def _readable(root: Path, package: str, name: str):
+    """An NLTK package that cannot be read (a cut-off or empty zip, an undecodable file) is paths.damaged."""
+    try:
+        yield
+    except (zipfile.BadZipFile, EOFError, zlib.error, UnicodeDecodeError, ValueError) as e:
+        why = (str(e).strip().splitlines() or [""])[0][:160]
+        raise paths.damaged(_package_file(root, package), f"unreadable ({e.__class__.__name__}: {why})", name) from None
+
+
+def _nonempty(texts: Tuple[str, ...], root: Path, package: str, name: str) -> Tuple[str, ...]:
+    if not texts:
+        raise paths.damaged(_package_file(root, package), "no text in it (an empty file?)", name)
+    return texts
+
+
+def _package_file(root: Path, package: str) -> Path:
+    """The file or folder of an NLTK package under root, for messages."""
+    zipped = root / "corpora" / f"{package}.zip"
+    if package == "gutenberg" and (root / "corpora" / "gutenberg" / "carroll-alice.txt").is_file():
+        return root / "corpora" / "gutenberg" / "carroll-alice.txt"
+    return zipped if zipped.is_file() and not (root / "corpora" / package).is_dir() else root / "corpora" / package
 
 
 def _ag_news() -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     """AG_NEWS test split: texts 'title description' (as torchtext and the hub join them) and labels 0..3."""
     r = resolve.require("ag_news")
-    return _ag_news_at(r.kind, r.path)
+    return _ag_news_at(r.kind, r.path, paths.stamp(r.path / "ag_news" / "test.csv") if r.kind != "hf" else ())
 
 
 @functools.lru_cache(maxsize=None)
-def _ag_news_at(kind: str, where: Path) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+def _ag_news_at(kind: str, where: Path, stamp: tuple = ()) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if kind == "hf":
         h = sources.get("ag_news").hub
         ds = hub.load_split(h, h.split("test"), where)
@@ -94,7 +132,7 @@ def _damaged(path: Path, line: int, what: str) -> MissingData:
     """The error for a mirror file that is truncated or damaged (one line: the file, the place, the fix)."""
     fix = (f"copy {path.parent.name}/{path.name} into the mirror again, or unset {paths.DATA_ENV} to read another "
            "source (`attnlip data list` shows them)")
-    return MissingData(f"{path}, line {line}: {what}; the mirror's copy is truncated or damaged. Fix: {fix}", fix=fix)
+    return paths.damaged(path, f"line {line}: {what}", path.parent.name, fix=fix)
 
 
 def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
@@ -102,11 +140,11 @@ def _sst2(split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if split not in ("train", "dev"):
         raise ValueError(f"SST-2 split must be 'train' or 'dev' (the test split has no labels), got {split!r}")
     r = resolve.require("sst2")
-    return _sst2_at(r.kind, r.path, split)
+    return _sst2_at(r.kind, r.path, split, paths.stamp(r.path / "sst2" / f"{split}.tsv") if r.kind != "hf" else ())
 
 
 @functools.lru_cache(maxsize=None)
-def _sst2_at(kind: str, where: Path, split: str) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+def _sst2_at(kind: str, where: Path, split: str, stamp: tuple = ()) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     if kind == "hf":
         h = sources.get("sst2").hub
         ds = hub.load_split(h, h.split(split), where)

@@ -6,6 +6,7 @@ come from `squeue`, so a cancelled, timed-out or killed job is reported even on 
 (where submitit's `sacct` fails and would wait for its result forever)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -120,8 +121,9 @@ def _pool_round(specs: List[CellSpec], jobs: int, threads: int, fresh: bool, out
 
     dead = []
     kw = {"max_tasks_per_child": 1} if fresh else {}
-    with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=mp.get_context("spawn"),
-                             initializer=worker_init, initargs=(threads, os.getpid()), **kw) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=mp.get_context("spawn"),
+                               initializer=worker_init, initargs=(threads, os.getpid()), **kw)
+    try:
         futs = {pool.submit(run_sent, s.to_dict()): s for s in specs}  # plain dicts across the boundary
         for f in as_completed(futs):
             try:
@@ -132,7 +134,31 @@ def _pool_round(specs: List[CellSpec], jobs: int, threads: int, fresh: bool, out
             except Exception as e:  # noqa: BLE001 - e.g. a spec that cannot be sent to the worker
                 out.append(lost(futs[f], f"cell could not run in a worker: {e.__class__.__name__}: {e}"))
             bar.update()
+    except KeyboardInterrupt:
+        stop_pool(pool)
+        raise
+    except BaseException:
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown(wait=True)
     return dead
+
+
+def stop_pool(pool) -> None:
+    """Ctrl-C: cancel the cells not started and end the workers now (they ignore SIGINT, worker_init); a cell they
+    were computing is not written (cell files are written whole or not at all), its claim and temp files are
+    removed by the runner (harness.run.runner)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
 
 
 def check_slurm(timeout_s: Optional[float] = None) -> str:
@@ -202,8 +228,14 @@ def _execute_submitit(specs: List[CellSpec], cfg, desc: str, threads: int) -> Li
         chunks = [specs[i::n] for i in range(n)]
     ex.update_parameters(**params)
     jobs = ex.map_array(run_cells, [[s.to_dict() for s in c] for c in chunks])  # plain dicts across the boundary
-    with _pbar(len(specs), desc, cfg.progress) as bar:
-        return _collect(list(zip(jobs, chunks)), cluster == "slurm", bar)
+    try:
+        with _pbar(len(specs), desc, cfg.progress) as bar:
+            return _collect(list(zip(jobs, chunks)), cluster == "slurm", bar)
+    except KeyboardInterrupt:  # Ctrl-C: the jobs still running are cancelled, not left to finish unseen
+        for job in jobs:
+            with contextlib.suppress(Exception):
+                job.cancel(check=False)
+        raise
 
 
 def _result(job, chunk: List[CellSpec]) -> List[CellStatus]:

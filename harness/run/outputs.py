@@ -243,7 +243,7 @@ def _cell_entries(p, store: CellCache, statuses: Optional[Statuses]) -> List[Dic
     cells = []
     for t in p.tasks:
         entry = {"cell": t.label, "key": t.key, "params": t.cell, "model_source": t.model_source,
-                 "data_source": t.data_source, "data_used": t.used}
+                 "data_source": t.data_source, "data_identity": t.data_identity, "data_used": t.used}
         rec = _record(store, t, statuses)
         if rec is not None:
             entry.update(status="ok", n_rows=len(rec["rows"]), dtype=rec.get("dtype"), device=rec.get("device"))

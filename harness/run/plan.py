@@ -12,8 +12,10 @@ from .. import grid as _grid
 from .. import catalog as _catalog
 from ..catalog import Experiment
 from ..store import keys as _keys
+from ..store.atomic import folder_problem
 from ..store.cells import CellCache, CorruptCell, column_conflicts, null_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
+from . import changes as _changes
 from .preflight import missing as missing_items
 from .substitutes import apply as apply_substitutes
 
@@ -46,6 +48,10 @@ class RunConfig:
     def __post_init__(self):
         self.results_dir = Path(self.results_dir)
         self.cache_dir = Path(self.cache_dir) if self.cache_dir else self.results_dir / "cache"
+        for flag, folder in (("--results-dir", self.results_dir), ("--cache-dir", self.cache_dir)):
+            why = folder_problem(folder)
+            if why:
+                raise ValueError(f"{flag} {why}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         _config.check_scale(self.scale)
@@ -128,6 +134,8 @@ class CellTask:
     note: str = ""
     model_source: Optional[str] = None
     data_source: Optional[str] = None
+    data_identity: Optional[Dict[str, str]] = None  # dataset -> sha256 of its files (harness.data.identity)
+    why: str = ""  # not cached: what differs from the last run's record of this cell (harness.run.changes)
     used: Optional[str] = None  # data / model used where the experiment declares substitutes (data_used column)
     missing: List[Dict[str, str]] = field(default_factory=list)  # external items it needs that are absent (preflight)
 
@@ -305,6 +313,16 @@ def data_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
     return "+".join(got) or None
 
 
+def data_identity(exp: Experiment, cell: Dict[str, Any], memo_dir: Optional[Path] = None
+                  ) -> Optional[Dict[str, str]]:
+    """What a cell's datasets are: name -> sha256 of the local files their source holds (harness.data.identity,
+    memoized in `memo_dir`), for the key; None when no dataset it reads has local files (hub copies carry their
+    revision in the source)."""
+    from ..data import identity
+
+    return identity.digests(list(exp.data_names(cell)), memo_dir)
+
+
 def _always_set(folder: Path) -> List[str]:
     """The columns the committed table in `folder` fills in every row (none when there is no readable table)."""
     path = folder / "table.parquet"
@@ -331,12 +349,13 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
         cell, used, subs = apply_substitutes(exp, cell, cfg.scale, fixed=overrides)
         events += [e for e in subs if e not in events]
         src, data = model_source(exp, cell), data_source(exp, cell)
+        ident = data_identity(exp, cell, cfg.cache_dir)
         plugins = plugin_sources(exp, cfg, cell)
         key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
                              scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins,
-                             data_source=data)
+                             data_source=data, data_identity=ident)
         t = CellTask(name, cell, key, _grid.cell_label(cell), model_source=src, data_source=data, used=used,
-                     missing=missing_items(exp, cell, src, memo))
+                     data_identity=ident, missing=missing_items(exp, cell, src, memo))
         if store.exists(name, key):
             if verify:
                 try:
@@ -356,6 +375,9 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     for i, why in checks.items():
         t = loaded[i][0]
         t.state, t.note = "corrupt", f"{store.path(name, t.key)}: {why}"
+    whys = _changes.reasons(tasks, code["hash"], _changes.read_manifest(cfg.output_root / name))
+    for t in tasks:
+        t.why = whys.get(t.label, "")
     return ExpPlan(exp, code["hash"], tasks, code["reads_scale"], substituted=events)
 
 

@@ -187,6 +187,9 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
                                             missing=t.missing)
             elif not collect_only:
                 todo.append(make_spec(p.exp, t, cfg, progress=cfg.progress and cfg.executor == "serial"))
+        if not collect_only:
+            for line in recompute_lines(p, cfg.force):
+                echo(line)
     for line in plan_notices(plans.values(), cfg.scale):  # one line per substitute, before anything runs
         echo(line)
     statuses: Dict[str, CellStatus] = dict(skipped)
@@ -196,17 +199,20 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
         if _finish(results[n], plans[n], statuses, cfg, collect_only, t_start[n], echo):
             written.append(n)
 
-    if cfg.executor == "serial":  # experiment by experiment: outputs appear as soon as one is done
-        for n in names:
-            g = [s for s in todo if s.experiment == n]
-            if g:
-                t_start[n] = time.perf_counter()
-                _execute_all(g, cfg, n, statuses)
-            finish(n)
-    else:  # one batch over all experiments keeps every worker busy
-        _execute_all(todo, cfg, f"{len(names)} experiment(s)", statuses)
-        for n in names:
-            finish(n)
+    try:
+        if cfg.executor == "serial":  # experiment by experiment: outputs appear as soon as one is done
+            for n in names:
+                t_start[n] = time.perf_counter()  # each line's time is its own experiment's
+                g = [s for s in todo if s.experiment == n]
+                if g:
+                    _execute_all(g, cfg, n, statuses)
+                finish(n)
+        else:  # one batch over all experiments keeps every worker busy
+            _execute_all(todo, cfg, f"{len(names)} experiment(s)", statuses)
+            for n in names:
+                finish(n)
+    except KeyboardInterrupt:
+        raise Interrupted(_tidy_after_interrupt(cfg, store, todo)) from None
     from .. import report as _report
 
     if not written:  # nothing changed under the output root: its README stays as it is
@@ -216,6 +222,31 @@ def run(names: Sequence[str], cfg: RunConfig, collect_only: bool = False, echo=p
     except Exception as e:  # noqa: BLE001
         echo(f"warning: could not write {cfg.output_root / 'README.md'}: {e.__class__.__name__}: {e}")
     return list(results.values())
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: `kept` cells computed by it are in the cache, whole (a rerun skips them)."""
+
+    def __init__(self, kept: int):
+        super().__init__(kept)
+        self.kept = kept
+
+
+def _tidy_after_interrupt(cfg: RunConfig, store: CellCache, todo: Sequence[CellSpec]) -> int:
+    """After Ctrl-C: remove the claims and temp files of the ended workers; the number of `todo` cells cached."""
+    _claims.remove_stale(cfg.cache_dir)
+    clean_stale_tmp(cfg.cache_dir)
+    clean_stale_tmp(cfg.results_dir)
+    return sum(store.exists(s.experiment, s.key) for s in todo)
+
+
+def recompute_lines(p: ExpPlan, force: bool) -> List[str]:
+    """One line per reason the plan gives for computing cells again (harness.run.changes), with their count."""
+    counts: Dict[str, int] = {}
+    for t in p.tasks:
+        if t.why and t.state == "missing" and not t.missing:
+            counts[t.why] = counts.get(t.why, 0) + 1
+    return [] if force else [f"{p.exp.name}: computing {k} cell(s) again: {why}" for why, k in counts.items()]
 
 
 def format_errors(results: Sequence[ExpResult], full: bool = True) -> str:

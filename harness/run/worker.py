@@ -214,7 +214,11 @@ def _failure_log(spec: CellSpec, tb: Optional[str]) -> None:
 
 
 def worker_init(threads: int, parent_pid: Optional[int] = None) -> None:
-    """Pool worker start-up: thread count, and a watchdog that exits this worker when its parent dies."""
+    """Pool worker start-up: thread count, SIGINT ignored (Ctrl-C in a terminal reaches every process of the group:
+    the runner alone handles it and ends its workers), and a watchdog that exits this worker when its parent dies."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ[_config.THREADS_ENV] = os.environ.get(_config.THREADS_ENV) or str(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     os.environ.setdefault("MKL_NUM_THREADS", str(threads))

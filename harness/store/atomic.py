@@ -8,7 +8,7 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, List, Union
+from typing import Any, Iterator, List, Optional, Union
 
 TMP_MARK = ".tmp."
 FILE_MODE = 0o644  # normal permissions, so a cache shared by a group works (mkstemp alone gives 0600)
@@ -89,6 +89,19 @@ def staged_files(outdir: Union[str, Path]) -> Iterator[Path]:
             os.replace(f, dest)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def folder_problem(path: Union[str, Path]) -> Optional[str]:
+    """Why `path` cannot be a folder to write into, or None: it (or a folder on its way) is a symbolic link loop, or
+    it is a file. Output and cache folders are checked with it before anything runs (run_all.py's --results-dir and
+    --cache-dir, attnlip analyze's and certify's --out)."""
+    p = Path(path).expanduser()
+    try:
+        p.resolve()
+        is_file = p.exists() and not p.is_dir()
+    except (RuntimeError, OSError) as e:  # RuntimeError: pathlib's "Symlink loop" (Python < 3.13), else ELOOP
+        return f"{path} is not a usable folder ({e})"
+    return f"{path} is a file, not a folder" if is_file else None
 
 
 def os_error_line(e: OSError, path: Union[str, Path]) -> str:

@@ -128,3 +128,15 @@ def try_claim(cache_dir, experiment: str, key: str) -> Optional[Claim]:
 def claimed_elsewhere(cache_dir, experiment: str, key: str) -> bool:
     path = claim_path(cache_dir, experiment, key)
     return path.exists() and not is_stale(path)
+
+
+def remove_stale(cache_dir) -> int:
+    """Remove the claims under `<cache>/claims` whose holder is gone (is_stale), e.g. the workers of an interrupted
+    run; returns how many."""
+    n = 0
+    for path in sorted((Path(cache_dir) / "claims").glob("*/*.claim")):
+        if is_stale(path):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                n += 1
+    return n

@@ -26,10 +26,12 @@ def library_versions() -> Dict[str, Optional[str]]:
 def cell_key(experiment: str, cell: Mapping[str, Any], seed: int, dtype: str, device: str, code: str,
              scale: Optional[str] = None, model_source: Optional[str] = None,
              versions: Optional[Mapping[str, Optional[str]]] = None, plugins: Optional[list] = None,
-             data_source: Optional[str] = None) -> str:
+             data_source: Optional[str] = None, data_identity: Optional[Mapping[str, str]] = None) -> str:
     """Key of one cell. `scale` only when the compute code reads ctx.scale (otherwise every scale-dependent
     parameter is a cell parameter, and equal cells of two scales share one computation). `model_source` and
-    `data_source` name the weights and the data the cell reads (a hub revision, the mirror, ...)."""
+    `data_source` name the weights and the data the cell reads (a hub revision, the mirror, ...); `data_identity`
+    says what that data is: dataset -> sha256 of its local files (harness.data.identity), so an edited file gives
+    a new key where its source's name stays the same."""
     body = {
         "experiment": experiment, "cell": dict(cell), "seed": int(seed), "dtype": str(dtype),
         "device": device_kind(device), "code": code, "format": FORMAT,
@@ -41,6 +43,8 @@ def cell_key(experiment: str, cell: Mapping[str, Any], seed: int, dtype: str, de
         body["model_source"] = str(model_source)
     if data_source is not None:
         body["data_source"] = str(data_source)
+    if data_identity:
+        body["data_identity"] = {str(k): str(v) for k, v in data_identity.items()}
     if plugins:
         body["plugins"] = list(plugins)
     return sha256(canonical_json(body))
