@@ -15,6 +15,7 @@ import torch
 from harness import plugins
 from harness.bounds import registry
 from harness.errors import PluginError
+from tests.test_cli_inputs import without_notes
 from harness.kernels.attention import AttentionWeights
 
 PLUGIN = '''
@@ -163,5 +164,6 @@ def test_analyze_reports_a_bad_plugin_in_one_line(plug, capsys, fn, message):
     rc = cli.main(["--model", "tiny-bert", "--text", "The cat sat on the mat.", "--layers", "0", "--eps", "0",
                    "--pgd-steps", "0", "--bound", f"{plug}:{fn}", "--no-progress"])
     out, err = capsys.readouterr()
+    err = without_notes(err)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("attnlip analyze: error: ") and message in err, err
     assert "Traceback" not in err + out and fn not in registry.bound_names()

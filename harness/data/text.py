@@ -11,6 +11,7 @@ import contextlib
 import csv
 import functools
 import hashlib
+import io
 import random
 import re
 import zipfile
@@ -111,7 +112,7 @@ def _ag_news_at(kind: str, where: Path, stamp: tuple = ()) -> Tuple[Tuple[str, .
         return tuple(_squash(t) for t in ds[h.text[0]]), tuple(int(y) for y in ds[h.label])
     texts, labels = [], []
     p = where / "ag_news" / "test.csv"
-    with open(p, newline="", encoding="utf-8") as f:
+    with io.StringIO(_utf8(p), newline="") as f:
         rows = csv.reader(f, strict=True)
         try:
             header = next(rows, None)
@@ -126,6 +127,15 @@ def _ag_news_at(kind: str, where: Path, stamp: tuple = ()) -> Tuple[Tuple[str, .
         except csv.Error as e:  # an unclosed quote at the end, a stray NUL: cut off or damaged
             raise _damaged(p, rows.line_num, f"not CSV ({e})") from None
     return tuple(texts), tuple(labels)
+
+
+def _utf8(path: Path) -> str:
+    """The text of a mirror file, or the damage error at the line of its first byte that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _damaged(path, data.count(b"\n", 0, e.start) + 1, f"byte {data[e.start]:#04x} is not UTF-8") from None
 
 
 def _damaged(path: Path, line: int, what: str) -> MissingData:
@@ -151,19 +161,19 @@ def _sst2_at(kind: str, where: Path, split: str, stamp: tuple = ()) -> Tuple[Tup
         return tuple(t.strip() for t in ds[h.text[0]]), tuple(int(y) for y in ds[h.label])
     p = where / "sst2" / f"{split}.tsv"  # train's header is label/sentence, dev's label/content
     texts, labels = [], []
-    with open(p, encoding="utf-8") as f:
-        header = f.readline().rstrip("\r\n").split("\t")
-        if len(header) != 2 or header[0] != "label":
-            raise _damaged(p, 1, f"header {header}, expected label<TAB>sentence (train) or label<TAB>content (dev)")
-        for i, line in enumerate(f, 2):
-            line = line.rstrip("\r\n")
-            if not line:
-                continue
-            lab, tab, text = line.partition("\t")
-            if not tab or lab not in ("0", "1") or not text.strip():
-                raise _damaged(p, i, f"{line[:60]!r} where a label 0/1, a tab and a sentence belong")
-            texts.append(text.strip())
-            labels.append(int(lab))
+    f = io.StringIO(_utf8(p), newline=None)
+    header = f.readline().rstrip("\r\n").split("\t")
+    if len(header) != 2 or header[0] != "label":
+        raise _damaged(p, 1, f"header {header}, expected label<TAB>sentence (train) or label<TAB>content (dev)")
+    for i, line in enumerate(f, 2):
+        line = line.rstrip("\r\n")
+        if not line:
+            continue
+        lab, tab, text = line.partition("\t")
+        if not tab or lab not in ("0", "1") or not text.strip():
+            raise _damaged(p, i, f"{line[:60]!r} where a label 0/1, a tab and a sentence belong")
+        texts.append(text.strip())
+        labels.append(int(lab))
     return tuple(texts), tuple(labels)
 
 
