@@ -112,3 +112,22 @@ def registered_fakes(tmp_path, monkeypatch, stem):
     for n in FAKE_NAMES:
         catalog.unregister(n)
     sys.modules.pop(f"_attnlip_ext_{stem}", None)
+
+
+def registered_reader(tmp_path, monkeypatch, mirror, stem, source, name):
+    """Generator for a fixture: `mirror` the only data source (no NLTK data, no network), the experiment `name`
+    defined by `source` registered from tmp_path/<stem>.py; yields; unregisters it after."""
+    import sys
+
+    from harness import catalog
+
+    monkeypatch.setenv("ATTNLIP_DATA", str(mirror))
+    monkeypatch.setenv("NLTK_DATA", str(tmp_path / "no-nltk"))
+    monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
+    mod = tmp_path / f"{stem}.py"
+    mod.write_text(source)
+    catalog.load_all()
+    catalog.load_module_file(mod)
+    yield
+    catalog.unregister(name)
+    sys.modules.pop(f"_attnlip_ext_{stem}", None)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import gzip
 import pickle
 import random
-import sys
 
 import numpy as np
 import pytest
 
-from harness import catalog, cli
+from harness import cli
 from harness.data import images, text
 from harness.errors import MissingData
 from tests import _tiny_mirror as T
+from tests._harness_fakes import registered_reader
 
 FAKE = '''
 from harness.catalog import Experiment, experiment
@@ -44,16 +44,8 @@ def mirror(tmp_path, monkeypatch):
     brown = T.brown_files(random.Random(0))
     T._zip(corpora / "brown.zip", [(f"brown/{f}", t) for f, _, t in brown] +
            [("brown/cats.txt", "".join(f"{f} {c}\n" for f, c, _ in brown))])
-    monkeypatch.setenv("ATTNLIP_DATA", str(root))
-    monkeypatch.setenv("NLTK_DATA", str(tmp_path / "no-nltk"))
-    monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
-    mod = tmp_path / "fake_corpus.py"
-    mod.write_text(FAKE)
-    catalog.load_all()
-    catalog.load_module_file(mod)
-    yield corpora
-    catalog.unregister("_fake_reads_corpus")
-    sys.modules.pop("_attnlip_ext_fake_corpus", None)
+    for _ in registered_reader(tmp_path, monkeypatch, root, "fake_corpus", FAKE, "_fake_reads_corpus"):
+        yield corpora
 
 
 def test_an_emptied_mirror_file_fails_its_cell_in_one_line(mirror, tmp_path, capsys):

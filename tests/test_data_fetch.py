@@ -25,9 +25,9 @@ def test_fetch_to_an_unusable_folder_is_one_line_and_writes_nothing(env, capsys)
     read_only.chmod(0o555)
     if os.access(read_only, os.W_OK):  # root writes anywhere: a folder no one can create files in instead
         read_only = Path("/proc")
-    cases = [(a_file, "is a file, not a folder"), (a_file / "sub", "cannot write there"), (loop, "not a usable path"),
-             (loop / "sub", "not a usable path"), (read_only, "cannot write there"),
-             (read_only / "new" / "deeper", "cannot write there")]
+    cases = [(a_file, "is a file, not a folder"), (a_file / "sub", "is not writable"), (loop, "not a usable folder"),
+             (loop / "sub", "not a usable folder"), (read_only, "is not writable"),
+             (read_only / "new" / "deeper", "is not writable")]
     before = sorted(p.name for p in env.iterdir())
     for to, needle in cases:
         assert cli.main(["fetch", "alice", "--to", str(to)]) == 2, to

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
 from harness import catalog, cli
 from harness import run as runner
 from harness.data import identity
+from tests._harness_fakes import registered_reader
 
 ALICE = "nltk_data/corpora/gutenberg/carroll-alice.txt"
 
@@ -42,16 +42,8 @@ def alice(tmp_path, monkeypatch):
     f = mirror / ALICE
     f.parent.mkdir(parents=True)
     f.write_text("First paragraph here.\n\nSecond one.\n\nThird and last.\n")
-    monkeypatch.setenv("ATTNLIP_DATA", str(mirror))
-    monkeypatch.setenv("NLTK_DATA", str(tmp_path / "no-nltk"))
-    monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
-    mod = tmp_path / "fake_alice.py"
-    mod.write_text(FAKE)
-    catalog.load_all()
-    catalog.load_module_file(mod)
-    yield f
-    catalog.unregister("_fake_reads_alice")
-    sys.modules.pop("_attnlip_ext_fake_alice", None)
+    for _ in registered_reader(tmp_path, monkeypatch, mirror, "fake_alice", FAKE, "_fake_reads_alice"):
+        yield f
 
 
 def _cfg(tmp_path):

@@ -174,7 +174,7 @@ def check_out(out: Optional[str]) -> Optional[Path]:
         return None
     from harness.store.codehash import REPO_ROOT
 
-    from harness.store.atomic import folder_problem
+    from harness.store.atomic import folder_problem, unwritable
 
     path = Path(out).expanduser()
     why = folder_problem(path)
@@ -187,14 +187,9 @@ def check_out(out: Optional[str]) -> Optional[Path]:
     if ours or (man.is_file() and '"experiment"' in man.read_text(errors="replace")[:4000]):
         raise validate.UsageError("--out", f"{out} holds results of run_all.py, which an analysis would overwrite",
                                   "name a folder outside results/ (e.g. --out analyze-out)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".attnlip-write-check-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise validate.UsageError("--out", f"{out} is not writable ({e.__class__.__name__}: {e.strerror or e})",
-                                  "name a folder you can write to") from None
+    why = unwritable(path)
+    if why:
+        raise validate.UsageError("--out", why, "name a folder you can write to")
     return path
 
 

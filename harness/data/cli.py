@@ -66,28 +66,12 @@ def _writable_folder(to: str) -> Path:
     """--to DIR resolved, created if absent and checked writable before anything is downloaded; a ValueError
     naming what is wrong otherwise (a file, a symlink loop, a folder this user cannot write), with any folder
     this check created removed again."""
-    path = Path(to).expanduser()
-    try:
-        root = path.resolve()
-    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python < 3.13)
-        raise ValueError(f"--to {to}: not a usable path ({e})") from None
-    if root.exists() and not root.is_dir():
-        raise ValueError(f"--to {to}: {root} is a file, not a folder; name a folder (created if absent)")
-    created = [p for p in [root, *root.parents] if not p.exists()]
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".attnlip-write-check-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        for p in created:  # deepest first: only the empty folders made here
-            try:
-                p.rmdir()
-            except OSError:
-                break
-        raise ValueError(f"--to {to}: cannot write there ({e.__class__.__name__}: {e.strerror or e}); name a "
-                         f"folder you can write to") from None
-    return root
+    from harness.store.atomic import unwritable
+
+    why = unwritable(to)
+    if why:
+        raise ValueError(f"--to {why}; name a folder you can write to (created if absent)")
+    return Path(to).expanduser().resolve()
 
 
 def _use_folder(to: str) -> Tuple[Path, str]:

@@ -104,6 +104,31 @@ def folder_problem(path: Union[str, Path]) -> Optional[str]:
     return f"{path} is a file, not a folder" if is_file else None
 
 
+def unwritable(path: Union[str, Path]) -> Optional[str]:
+    """Why no file can be written into the folder `path`, or None: `path` (and its missing parents) is created and a
+    probe file written and removed there; on failure the folders this check created are removed again. Output
+    folders are checked with it before anything is computed or downloaded."""
+    root = Path(path).expanduser()
+    why = folder_problem(root)
+    if why:
+        return why
+    root = root.resolve()
+    created = [p for p in [root, *root.parents] if not p.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".attnlip-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        for p in created:  # deepest first: only the empty folders made here
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        return f"{path} is not writable ({e.__class__.__name__}: {e.strerror or e})"
+    return None
+
+
 def os_error_line(e: OSError, path: Union[str, Path]) -> str:
     """One line for a failed write under `path`: "cache disk full: N MB free at PATH" for ENOSPC (and EDQUOT), else
     the error's class and message."""
