@@ -10,7 +10,8 @@ from harness import config, network  # noqa: E402
 
 config.prefer_passive_wait()  # before torch loads libgomp (harness.config.init_threads)
 config.portable_numerics()  # before torch picks its CPU code paths: results independent of AVX-512
-_note = network.offline_if_unreachable()  # before the hub libraries read their offline variables
+# before the hub libraries read their offline variables; help answers without the check
+_note = None if network.asks_help(sys.argv[1:]) else network.offline_if_unreachable()
 if _note:
     print(f"run_all.py: {_note}", file=sys.stderr)
 

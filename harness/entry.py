@@ -30,7 +30,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     config.prefer_passive_wait()  # before torch loads libgomp; the thread count: config.init_threads
     config.portable_numerics()  # before torch picks its CPU code paths: results independent of AVX-512
-    note = network.offline_if_unreachable() if cmd in ("analyze", "certify", "run", "data") else None
+    asks = cmd in ("analyze", "certify", "run", "data") and not network.asks_help(rest)
+    note = network.offline_if_unreachable() if asks else None
     if note:  # before the hub libraries read their offline variables
         print(f"attnlip: {note}", file=sys.stderr)
     if cmd == "analyze":  # its threads and memory settings: harness.analyze.cli.threads

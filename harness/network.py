@@ -54,6 +54,11 @@ def probe(timeout: float = TIMEOUT_S) -> Optional[str]:
         return f"{host}:{port} unreachable ({e.strerror or e.__class__.__name__})"
 
 
+def asks_help(argv) -> bool:
+    """A command line that only asks for help: no network check, no note (help answers at once)."""
+    return any(a in ("-h", "--help") for a in argv)
+
+
 def offline_if_unreachable(timeout: float = TIMEOUT_S) -> Optional[str]:
     """Probe once per process unless the environment decides; offline: set the offline variables and return the
     note to print, else None."""
