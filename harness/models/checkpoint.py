@@ -38,6 +38,7 @@ SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediat
          "n_embd", "n_head", "n_layer", "n_positions", "n_ctx", "dim", "n_heads", "n_layers", "hidden_dim",
          "num_key_value_heads", "head_dim", "n_inner", "image_size", "patch_size", "num_channels")
 OPTIONAL = ("n_inner", "head_dim", "num_key_value_heads")  # null means "derived from the other sizes"
+MAY_BE_ZERO = ("type_vocab_size",)  # DeBERTa-v2 and others: no token-type embedding
 EPS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "norm_eps")
 HEADS = (("hidden_size", "num_attention_heads"), ("n_embd", "n_head"), ("dim", "n_heads"))
 HEADED = ("ForSequenceClassification", "ForImageClassification")  # classifiers with their trained head
@@ -93,8 +94,9 @@ def check_config(cfg: dict, f: Path) -> None:
             continue
         v = cfg[key]
         for x in (v if isinstance(v, list) and key in ("image_size", "patch_size") else [v]):
-            if not isinstance(x, int) or isinstance(x, bool) or x < 1:
-                raise BadCheckpoint(f"{f}: {key} must be a positive integer, got {v!r}. Fix: {EDIT}")
+            if not isinstance(x, int) or isinstance(x, bool) or x < (0 if key in MAY_BE_ZERO else 1):
+                kind = "a whole number >= 0" if key in MAY_BE_ZERO else "a positive integer"
+                raise BadCheckpoint(f"{f}: {key} must be {kind}, got {v!r}. Fix: {EDIT}")
     for d_key, h_key in HEADS:
         d, h = cfg.get(d_key), cfg.get(h_key)
         if isinstance(d, int) and isinstance(h, int) and cfg.get("head_dim") is None and d % h:
@@ -255,24 +257,35 @@ def check_shapes(folder: Path, tensors: Dict[str, Tuple[str, List[int], Path]], 
                                 f"config and the weights disagree. Fix: {EDIT}")
 
 
-def load(folder, classifier: bool = False, **kwargs):
-    """from_pretrained of a checked folder (AutoModel, or classifier_class with its head), never running the
-    folder's code: a weight whose shape disagrees with the config, or one the files lack (transformers would
-    leave it random), is a BadCheckpoint. A base model may lack the pooler (weights saved from a language-model
-    head have none; the attention layers do not use it)."""
-    from transformers import AutoConfig, AutoModel
-
-    folder = Path(folder)
-    auto = classifier_class(AutoConfig.from_pretrained(str(folder), trust_remote_code=False)) if classifier \
-        else AutoModel
+def _from_pretrained(cls, folder: Path, **kwargs):
+    """(model, loading info) of cls.from_pretrained, never the folder's code; shapes that disagree with the config
+    are a BadCheckpoint."""
     try:
-        model, info = auto.from_pretrained(str(folder), output_loading_info=True, trust_remote_code=False, **kwargs)
+        return cls.from_pretrained(str(folder), output_loading_info=True, trust_remote_code=False, **kwargs)
     except RuntimeError as e:
         if "mismatched" not in str(e) and "size mismatch" not in str(e):
             raise
         raise BadCheckpoint(f"{folder}: the shapes of its weights disagree with config.json "
                             f"({str(e).splitlines()[0][:200]}). Fix: {EDIT}") from None
+
+
+def load(folder, classifier: bool = False, **kwargs):
+    """from_pretrained of a checked folder (AutoModel, or classifier_class with its head), never running the
+    folder's code: a weight whose shape disagrees with the config, or one the files lack (transformers would
+    leave it random), is a BadCheckpoint. A base model may lack the pooler (weights saved from a language-model
+    head have none; the attention layers do not use it)."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    folder = Path(folder)
+    auto = classifier_class(AutoConfig.from_pretrained(str(folder), trust_remote_code=False)) if classifier \
+        else AutoModel
+    model, info = _from_pretrained(auto, folder, **kwargs)
     missing = sorted(k for k in info.get("missing_keys", ()) if classifier or not k.startswith("pooler."))
+    encoder_only = getattr(transformers, type(model).__name__.replace("Model", "EncoderModel"), None)
+    if missing and not classifier and encoder_only is not None and all(k.startswith("decoder.") for k in missing):
+        model, info = _from_pretrained(encoder_only, folder, **kwargs)  # saved from the encoder alone (T5EncoderModel)
+        missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
     if missing:
         raise BadCheckpoint(f"{folder}: {len(missing)} weight(s) of the model config.json describes are not in "
                             f"its weights (e.g. {missing[0]!r}), so they would be random: the config and the "
