@@ -175,6 +175,12 @@ def test_list_and_dry_run_show_expected_time_from_committed_walls(fake, tmp_path
     rec = {'n=3,plugins=["a.b:c"]': 30.0, "n=1": 10.0}
     assert costs.wall_of(rec, 'n=3,plugins=["x:y"]') == 30.0 and costs.wall_of(rec, "n=3") == 30.0
     assert costs.wall_of(rec, 'plugins=["x:y"],n=1') == 10.0 and costs.wall_of(rec, "n=2") is None
+    for bad in (float("nan"), -1e300, 1e300, float("inf"), True):  # a damaged manifest's walls are no record
+        for c in man["cells"]:
+            c["wall_s"] = bad
+        mpath.write_text(json.dumps(man))
+        shown = " ".join(lines("--dry-run") + lines("--list"))
+        assert not any(s in shown for s in ("nan", "inf", "e+", "~-")), (bad, shown)
 
 
 PROGRESS_FAKE = '''

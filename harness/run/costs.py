@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 
+MAX_WALL_S = 30 * 86400  # a recorded cell wall time above this is damage, not a record
 ESTIMATE_NOTE = ("estimate from the per-cell wall times of the committed manifests, scheduled onto the workers; "
                  "training of models not yet cached, plug-in bounds, process start and figures come on top")
 
@@ -35,9 +36,15 @@ def recorded_walls(results_dir: Path, name: str, scale: str) -> Dict[str, float]
             continue
         for c in man.get("cells", []) if isinstance(man, dict) else []:
             w = c.get("wall_s") if isinstance(c, dict) else None
-            if isinstance(w, (int, float)) and c.get("cell") not in out:
+            if _plausible_wall(w) and c.get("cell") not in out:
                 out[c["cell"]] = float(w)
     return out
+
+
+def _plausible_wall(w) -> bool:
+    """A recorded wall time an estimate may use: a finite number of seconds from 0 to 30 days (a damaged or edited
+    manifest's NaN, negative or astronomic value is no record, so the estimate does not print it)."""
+    return isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w <= MAX_WALL_S
 
 
 _PLUGINS = re.compile(r",?plugins=\[[^\]]*\]")
