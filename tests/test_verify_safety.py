@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,19 @@ def test_foreign_code_and_a_copy_inside_another_repository(tmp_path, monkeypatch
         (proj / f).parent.mkdir(parents=True, exist_ok=True)
         (proj / f).write_text("")
     assert sorted(S.foreign_code(proj)) == ["experiments/fam/exp2.py", "harness/util.py", "mypkg", "torch.py"]
+    for f in shadow:
+        (proj / f).unlink()
+    nested = proj / "experiments" / "nested"  # a repository of its own inside the checkout: git lists its folder
+    (nested / "x.py").parent.mkdir()
+    (nested / "x.py").write_text("")
+    git(nested, "init", "-q")
+    git(proj, "update-index", "--skip-worktree", "experiments/fam/exp.py")  # git status then hides its edits
+    (proj / "experiments/fam/exp.py").write_text("print('edited')\n")
+    found = S.foreign_code(proj)
+    assert "experiments/nested/" in found and any(f.startswith("experiments/fam/exp.py (skip-worktree") for f in found)
+    git(proj, "update-index", "--no-skip-worktree", "experiments/fam/exp.py")
+    git(proj, "checkout", "--", "experiments/fam/exp.py")
+    shutil.rmtree(nested)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(proj), str(tmp_path / "lib")]))
     assert f"PYTHONPATH entry {tmp_path / 'lib'}" in S.foreign_code(proj)
     from harness.manifest import git_info

@@ -29,16 +29,21 @@ CODE_VARIABLES = ("ATTNLIP_EXPERIMENTS_PATH", "PYTHONPATH")  # variables that ad
 
 def foreign_code(root: Path = REPO_ROOT) -> List[str]:
     """What could run that the checkout's commit does not hold: untracked files (git-ignored ones too) that Python
-    imports - a module, package or compiled extension under harness/ or experiments/, or at the top of the project
-    (run_all.py's folder is on sys.path: such a file shadows any module of its name) - and a set
-    ATTNLIP_EXPERIMENTS_PATH (experiment modules from elsewhere) or a PYTHONPATH entry other than the project."""
+    imports - a module, package, compiled extension or nested repository under harness/ or experiments/, or at the
+    top of the project (run_all.py's folder is on sys.path: such a file shadows any module of its name) - a set
+    ATTNLIP_EXPERIMENTS_PATH (experiment modules from elsewhere) or a PYTHONPATH entry other than the project - and
+    tracked files git was told not to compare (skip-worktree, assume-unchanged), whose edits git status hides."""
     import importlib.machinery
 
     suffixes = tuple(importlib.machinery.all_suffixes())
     root = Path(root).resolve()
     listed = subprocess.run(["git", "ls-files", "--others", "-z", "--", *CODE_ROOTS], cwd=root, capture_output=True,
                             text=True, timeout=20).stdout.split("\0")
-    found = [f for f in listed if f.endswith(suffixes) and "__pycache__" not in Path(f).parts]
+    found = [f for f in listed if (f.endswith(suffixes) or f.endswith("/")) and "__pycache__" not in Path(f).parts]
+    flags = subprocess.run(["git", "ls-files", "-v", "-z", "--", ".", ":(exclude)results"], cwd=root,
+                           capture_output=True, text=True, timeout=20).stdout.split("\0")
+    found += [f"{e[2:]} (skip-worktree or assume-unchanged: git does not compare it with the commit)"
+              for e in flags if len(e) > 2 and (e[0] == "S" or e[0].islower())]
     tracked = {f.split("/")[0] for f in subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True,
                                                        text=True, timeout=20).stdout.split("\0") if f}
     for p in sorted(root.iterdir()):
