@@ -112,3 +112,29 @@ def test_hub_and_synthetic_data_add_nothing_to_the_key(alice, tmp_path):
     from harness.run.plan import data_identity
 
     assert data_identity(exp, {"corpus": "synthetic"}) is None
+
+
+def test_the_gpt2_tokenizer_a_model_reads_is_part_of_the_key(tmp_path, monkeypatch):
+    """tiny-gpt2 and the Llama-size panels tokenize with the GPT-2 tokenizer from the hub cache or the mirror: a
+    replaced tokenizer gives the cells that read it a new identity, and other models none."""
+    import importlib
+
+    from tests._tiny_mirror import gpt2_tokenizer
+
+    plan = importlib.import_module("harness.run.plan")  # the module (harness.run.plan is also its function)
+
+    folder = tmp_path / "mirror" / "gpt2_tokenizer"
+    gpt2_tokenizer(folder, ["alpha beta gamma " * 40, "the cat sat on the mat " * 40])
+    monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path / "mirror"))
+    from harness.models import hub
+
+    monkeypatch.setattr(hub, "cached_snapshot", lambda *a, **k: None)  # no cached snapshot: the mirror's folder
+    exp = catalog.get_experiment("castin_sqrt_n")  # any experiment: data_identity reads the cell and the source
+    src = "random-init:tiny-gpt2(seed=0)"
+    first = plan.data_identity(exp, {}, tmp_path / "memo", src)
+    assert set(first) == {"gpt2_tokenizer"}
+    assert plan.data_identity(exp, {}, tmp_path / "memo", "random-init:tiny-bert(seed=0)") is None
+    gpt2_tokenizer(folder, ["zebra quux " * 50, "other words entirely " * 40])
+    assert plan.data_identity(exp, {}, tmp_path / "memo", src) != first
+    assert plan.data_identity(exp, {}, tmp_path / "memo", "random-init:llama-7b(tokenizer=gpt2,seed=0)") == \
+        plan.data_identity(exp, {}, tmp_path / "memo", src)

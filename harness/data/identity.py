@@ -116,7 +116,15 @@ def _read_memo(memo_dir: Optional[Path]) -> Dict[str, list]:
 def digest(name: str, memo_dir: Optional[Path] = None) -> Optional[str]:
     """sha256 of the dataset's local files (their names relative to their common folder, and their contents), or
     None when there are none to hash (hub copies, absent datasets)."""
-    paths = files(name)
+    return files_digest(files(name), memo_dir)
+
+
+def folder_digest(folder: Optional[Path], memo_dir: Optional[Path] = None) -> Optional[str]:
+    """sha256 of the files under `folder` (a tokenizer's folder, ...), as digest does for a dataset's."""
+    return files_digest(_tree(Path(folder)) if folder is not None and Path(folder).is_dir() else [], memo_dir)
+
+
+def files_digest(paths: List[Path], memo_dir: Optional[Path] = None) -> Optional[str]:
     if not paths:
         return None
     base = Path(os.path.commonpath([str(p.parent) for p in paths]))

@@ -30,6 +30,7 @@ pretrained weights were required).
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Sequence, Union
 
@@ -162,6 +163,26 @@ def bert_tokenizer():
     return AutoTokenizer.from_pretrained(minilm_path(), trust_remote_code=False)
 
 
+def gpt2_tokenizer_folder(mirror: bool = True) -> Optional[str]:
+    """The local folder gpt2_tokenizer() reads, without loading it: a cached hub snapshot, else (`mirror`) the
+    mirror's folder; None when it would download. Its files join the key of every cell whose model reads it."""
+    for repo in GPT2_REPOS:
+        snap = hub.cached_snapshot(repo, hub.TOKENIZER_FILES)
+        if snap:
+            return snap
+    root = paths.mirror_root() if mirror else None
+    if root is not None and (root / GPT2_TOKENIZER.mirror).is_dir():
+        return str(root / GPT2_TOKENIZER.mirror)
+    return None
+
+
+def reads_gpt2_tokenizer(source: Optional[str]) -> bool:
+    """Whether the weights `model_source` names tokenize with gpt2_tokenizer(): random-init GPT-2 models (tiny-gpt2,
+    gpt2) and models built with tokenizer=gpt2 (the Llama-size panels)."""
+    return bool(source) and (re.match(r"random-init:(tiny-gpt2|gpt2|openai-community/gpt2)\(", source) is not None
+                             or "tokenizer=gpt2" in source)
+
+
 @functools.lru_cache(maxsize=None)
 def gpt2_tokenizer():
     """GPT-2 byte-level BPE tokenizer (50,257 tokens): from the hub cache ("gpt2" or "openai-community/gpt2"),
@@ -169,17 +190,16 @@ def gpt2_tokenizer():
     (harness.data.sources.GPT2_TOKENIZER)."""
     from transformers import AutoTokenizer
 
-    for repo in GPT2_REPOS:
-        snap = hub.cached_snapshot(repo, hub.TOKENIZER_FILES)
-        if snap:
-            return AutoTokenizer.from_pretrained(snap, trust_remote_code=False)
+    snap = gpt2_tokenizer_folder(mirror=False)
+    if snap:
+        return AutoTokenizer.from_pretrained(snap, trust_remote_code=False)
     rem = hub.remote(GPT2_REPOS[1])
     if rem.sha:
         return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS),
                                              trust_remote_code=False)
-    mirror = paths.mirror_root()
-    if mirror is not None and (mirror / GPT2_TOKENIZER.mirror).is_dir():
-        return AutoTokenizer.from_pretrained(str(mirror / GPT2_TOKENIZER.mirror), trust_remote_code=False)
+    mirror = gpt2_tokenizer_folder()
+    if mirror:
+        return AutoTokenizer.from_pretrained(mirror, trust_remote_code=False)
     fetch = f"attnlip data fetch {GPT2_TOKENIZER.name}"
     raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem, fetch) +
                        f", or set {paths.DATA_ENV} to a mirror folder holding {GPT2_TOKENIZER.mirror}/", fix=fetch)

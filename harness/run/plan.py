@@ -313,14 +313,22 @@ def data_source(exp: Experiment, cell: Dict[str, Any]) -> Optional[str]:
     return "+".join(got) or None
 
 
-def data_identity(exp: Experiment, cell: Dict[str, Any], memo_dir: Optional[Path] = None
-                  ) -> Optional[Dict[str, str]]:
+def data_identity(exp: Experiment, cell: Dict[str, Any], memo_dir: Optional[Path] = None,
+                  model: Optional[str] = None) -> Optional[Dict[str, str]]:
     """What a cell's datasets are: name -> sha256 of the local files their source holds (harness.data.identity,
     memoized in `memo_dir`), for the key; None when no dataset it reads has local files (hub copies carry their
-    revision in the source)."""
+    revision in the source). A model whose source (`model`) reads the GPT-2 tokenizer adds its folder's files."""
     from ..data import identity
 
-    return identity.digests(list(exp.data_names(cell)), memo_dir)
+    out = identity.digests(list(exp.data_names(cell)), memo_dir) or {}
+    if model and "gpt2" in model:
+        from ..models import text as models_text
+
+        if models_text.reads_gpt2_tokenizer(model):
+            tok = identity.folder_digest(models_text.gpt2_tokenizer_folder(), memo_dir)
+            if tok is not None:
+                out["gpt2_tokenizer"] = tok
+    return out or None
 
 
 def _always_set(folder: Path) -> List[str]:
@@ -349,7 +357,7 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
         cell, used, subs = apply_substitutes(exp, cell, cfg.scale, fixed=overrides)
         events += [e for e in subs if e not in events]
         src, data = model_source(exp, cell), data_source(exp, cell)
-        ident = data_identity(exp, cell, cfg.cache_dir)
+        ident = data_identity(exp, cell, cfg.cache_dir, src)
         plugins = plugin_sources(exp, cfg, cell)
         key = _keys.cell_key(name, cell, cfg.seed, cfg.dtype, cfg.device, code["hash"],
                              scale=cfg.scale if code["reads_scale"] else None, model_source=src, plugins=plugins,
