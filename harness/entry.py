@@ -34,6 +34,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     note = network.offline_if_unreachable() if asks else None
     if note:  # before the hub libraries read their offline variables
         print(f"attnlip: {note}", file=sys.stderr)
+    try:
+        return _dispatch(cmd, rest)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT; outputs are written whole or not
+        print(f"attnlip {cmd}: interrupted; nothing more was written", file=sys.stderr)
+        return 130
+
+
+def _dispatch(cmd: str, rest: List[str]) -> int:
     if cmd == "analyze":  # its threads and memory settings: harness.analyze.cli.threads
         from harness.analyze.cli import main as analyze_main
 

@@ -30,3 +30,25 @@ def test_help_checks_no_network_and_prints_no_note(cmd, capsys, monkeypatch):
         entry.main([cmd, "--help"])
     cap = capsys.readouterr()
     assert e.value.code == 0 and cap.out.endswith("\n") and cap.err == "", cap.err
+
+
+@pytest.mark.parametrize("cmd, module", [("analyze", "harness.analyze.cli"), ("certify", "harness.certify.cli"),
+                                         ("data", "harness.data.cli")])
+def test_ctrl_c_is_one_line_and_status_130(cmd, module, capsys, monkeypatch):
+    import importlib
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(module), "main", interrupted)
+    monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
+    assert entry.main([cmd, "x"]) == 130
+    err = capsys.readouterr().err
+    assert err == f"attnlip {cmd}: interrupted; nothing more was written\n", err
+
+
+def test_fetch_to_an_empty_name_is_refused(capsys):
+    from harness.data import cli as data_cli
+
+    assert data_cli.cmd_fetch(["alice"], to="") == 2
+    assert "--to '' is not a folder name" in capsys.readouterr().err

@@ -68,7 +68,7 @@ def _writable_folder(to: str) -> Path:
     this check created removed again."""
     from harness.store.atomic import unwritable
 
-    why = unwritable(to)
+    why = unwritable(to) if to.strip() else "'' is not a folder name"
     if why:
         raise ValueError(f"--to {why}; name a folder you can write to (created if absent)")
     return Path(to).expanduser().resolve()
@@ -107,7 +107,7 @@ def cmd_fetch(names: List[str], out=print, err=None, exps: Optional[List[str]] =
             "`attnlip data fetch`")
         return 2
     try:
-        hub_cache, export = _use_folder(to) if to else (None, "")
+        hub_cache, export = _use_folder(to) if to is not None else (None, "")
     except ValueError as e:
         err(f"attnlip data fetch: {e}")
         return 2
