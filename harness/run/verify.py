@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import secrets
 import shutil
 import tempfile
 import time
@@ -209,14 +210,20 @@ def _temporary_cache():
         pid = old.name[len(TMP_PREFIX):].split("-")[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    tmp = None
+    # named before it is made, so a signal that arrives while it is being made still finds it to remove
+    tmp = os.path.join(tempfile.gettempdir(), f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
     with _signals_raise():
         try:
-            tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
+            os.mkdir(tmp, 0o700)
             yield tmp
         finally:
-            if tmp is not None:
+            import signal
+
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # a second signal waits
+            try:
                 shutil.rmtree(tmp, ignore_errors=True)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def verify(names: Sequence[str], cfg: RunConfig, n: Union[int, None, str] = "default", echo=print,
