@@ -93,7 +93,8 @@ AG_HEAD = "label,title,description\n1,Talks Resume,\"The minister said, talks (W
     ("ag_news", "ag_news/test.csv", AG_HEAD + '3,Fears for Pension,"Unions representing wor', "line 3: not CSV"),
     ("ag_news", "ag_news/test.csv", AG_HEAD + "7,Title,Text\n", "line 3: 3 field(s) ['7'"),
     ("ag_news", "ag_news/test.csv", "label,title\n1,T\n", "line 1: header"),
-    ("sst2", "sst2/train.tsv", "label\tsentence\n1\ta fine film\n0", "line 3: '0' where"),
+    ("sst2", "sst2/train.tsv", "label\tsentence\n1\ta fine film\n0\n", "line 3: '0' where"),
+    ("sst2", "sst2/train.tsv", "label\tsentence\n1\ta fine film\n0\ta dull fi", "line 3: the last row has no newline"),
     ("sst2", "sst2/train.tsv", "label\tsentence\n1\ta fine film\nx\tdull\n", "line 3: 'x\\tdull'"),
 ])
 def test_a_damaged_mirror_file_is_named_not_read(tmp_path, monkeypatch, name, file, content, where):

@@ -138,3 +138,24 @@ def test_the_gpt2_tokenizer_a_model_reads_is_part_of_the_key(tmp_path, monkeypat
     assert plan.data_identity(exp, {}, tmp_path / "memo", src) != first
     assert plan.data_identity(exp, {}, tmp_path / "memo", "random-init:llama-7b(tokenizer=gpt2,seed=0)") == \
         plan.data_identity(exp, {}, tmp_path / "memo", src)
+
+
+def test_a_damaged_gpt2_tokenizer_is_named_with_its_fix(tmp_path, monkeypatch):
+    """A cut-off tokenizer.json in the mirror's gpt2_tokenizer/: MissingData naming the folder and the fetch, which
+    skips the cells that read it (never a JSONDecodeError traceback)."""
+    from harness.errors import MissingData
+    from harness.models import hub, text as models_text
+    from tests._tiny_mirror import gpt2_tokenizer
+
+    folder = tmp_path / "mirror" / "gpt2_tokenizer"
+    gpt2_tokenizer(folder, ["alpha beta gamma " * 40])
+    data = (folder / "tokenizer.json").read_bytes()
+    (folder / "tokenizer.json").write_bytes(data[:len(data) // 2])
+    monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path / "mirror"))
+    monkeypatch.setattr(hub, "cached_snapshot", lambda *a, **k: None)
+    monkeypatch.setattr(hub, "remote", lambda name: hub.Remote(name, None, (), "offline"))
+    models_text.gpt2_tokenizer.cache_clear()
+    with pytest.raises(MissingData, match="not a readable GPT-2 tokenizer") as e:
+        models_text.gpt2_tokenizer()
+    assert str(folder) in str(e.value) and "attnlip data fetch gpt2_tokenizer" in e.value.fix
+    models_text.gpt2_tokenizer.cache_clear()

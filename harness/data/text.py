@@ -161,7 +161,10 @@ def _sst2_at(kind: str, where: Path, split: str, stamp: tuple = ()) -> Tuple[Tup
         return tuple(t.strip() for t in ds[h.text[0]]), tuple(int(y) for y in ds[h.label])
     p = where / "sst2" / f"{split}.tsv"  # train's header is label/sentence, dev's label/content
     texts, labels = [], []
-    f = io.StringIO(_utf8(p), newline=None)
+    raw = _utf8(p)
+    if raw and not raw.endswith("\n"):  # GLUE's TSVs end every row with a newline: this one was cut mid-row
+        raise _damaged(p, raw.count("\n") + 1, "the last row has no newline at its end (the file is cut off)")
+    f = io.StringIO(raw, newline=None)
     header = f.readline().rstrip("\r\n").split("\t")
     if len(header) != 2 or header[0] != "label":
         raise _damaged(p, 1, f"header {header}, expected label<TAB>sentence (train) or label<TAB>content (dev)")

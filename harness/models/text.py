@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Union
 
 import torch
@@ -191,16 +192,17 @@ def gpt2_tokenizer():
     from transformers import AutoTokenizer
 
     snap = gpt2_tokenizer_folder(mirror=False)
-    if snap:
-        return AutoTokenizer.from_pretrained(snap, trust_remote_code=False)
-    rem = hub.remote(GPT2_REPOS[1])
-    if rem.sha:
-        return AutoTokenizer.from_pretrained(hub.download(rem, hub.TOKENIZER_PATTERNS),
-                                             trust_remote_code=False)
-    mirror = gpt2_tokenizer_folder()
-    if mirror:
-        return AutoTokenizer.from_pretrained(mirror, trust_remote_code=False)
+    rem = hub.remote(GPT2_REPOS[1]) if not snap else None
+    folder = snap or (hub.download(rem, hub.TOKENIZER_PATTERNS) if rem.sha else gpt2_tokenizer_folder())
+    if folder:
+        try:
+            return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        except (OSError, ValueError, TypeError, KeyError, EOFError) as e:  # a cut-off tokenizer.json, a missing file
+            why = (str(e).strip().splitlines() or [""])[0][:160]
+            raise paths.damaged(Path(folder), f"not a readable GPT-2 tokenizer ({e.__class__.__name__}: {why})",
+                                GPT2_TOKENIZER.name) from None
     fetch = f"attnlip data fetch {GPT2_TOKENIZER.name}"
+    rem = rem or hub.remote(GPT2_REPOS[1])
     raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem, fetch) +
                        f", or set {paths.DATA_ENV} to a mirror folder holding {GPT2_TOKENIZER.mirror}/", fix=fetch)
 
