@@ -52,7 +52,13 @@ def load_function(spec_: str) -> Callable:
     mod, sep, attr = spec_.partition(":")
     if not sep or not mod or not attr:
         raise ValueError(f"expected 'module:function', got {spec_!r}")
-    obj = _import(mod)
+    try:  # the module's own code runs here: under the same time limit as a call, and it may not end the command
+        obj = _run(_import, (mod,), {}, timeout_s(), spec_)
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as e:  # SystemExit at import
+        raise PluginError(f"plug-in module {mod} exited while imported ({e.__class__.__name__}"
+                          f"{f': {e}' if str(e) else ''})") from None
     for part in attr.split("."):
         obj = getattr(obj, part)
     return guarded(obj, spec_) if callable(obj) else obj
@@ -106,7 +112,11 @@ def _check_values(out: Any, spec_: str) -> None:
             t = None
         else:
             got = f"{got} of dtype {str(t.dtype).replace('torch.', '')}"
-        if t is not None and not (t.is_complex() or t.dtype == torch.bool):
+        if t is not None and t.is_meta:
+            got += " on the meta device (no values)"
+        elif t is not None and t.layout != torch.strided:
+            got += f" in layout {str(t.layout).replace('torch.', '')}"
+        elif t is not None and not (t.is_complex() or t.dtype == torch.bool):
             return
     raise PluginError(f"plug-in {spec_} returned {got}, not bound values ({ACCEPTED})")
 

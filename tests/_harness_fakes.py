@@ -29,6 +29,10 @@ class FakeSquares(Experiment):
             raise RuntimeError(f"boom at n={cell['n']}")
         if os.environ.get("ATTNLIP_TEST_MISSING") == str(cell["n"]):
             raise MissingData("fake data folder absent")
+        if os.environ.get("ATTNLIP_TEST_PLUGIN") == str(cell["n"]):
+            from harness.errors import PluginError
+
+            raise PluginError("plug-in fake:bound raised ValueError: bad input")
         return [{"value": cell["n"] ** 2 * cell["mult"], "k": k, "ctx_seed": ctx.seed} for k in range(2)]
 
     def figures(self, table, outdir):
@@ -90,7 +94,7 @@ def write_fake(path, extra="", replace=()):
 
 
 FAKE_NAMES = ("_fake_squares", "_fake_slow", "_fake_killer")
-TEST_ENV = ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING")
+TEST_ENV = ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING", "ATTNLIP_TEST_PLUGIN")
 
 
 def registered_fakes(tmp_path, monkeypatch, stem):

@@ -4,6 +4,7 @@ time limit is a PluginError naming it (one line and exit 2 from `attnlip analyze
 silent exit 0; a KeyboardInterrupt stays the user's interrupt."""
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 import time
@@ -107,7 +108,8 @@ def test_a_keyboard_interrupt_stays_an_interrupt():
 @pytest.mark.parametrize("result, what", [
     ((v for v in range(2)), "generator"), (object(), "object"), (torch.ones(2, dtype=torch.complex128), "complex128"),
     (torch.ones(2, dtype=torch.bool), "bool"), (np.array(["a", "b"]), "ndarray"), ([1.0, "x"], "list"),
-    (True, "bool"), (None, "NoneType"), ("1.0", "str"),
+    (True, "bool"), (None, "NoneType"), ("1.0", "str"), (torch.empty(2, device="meta"), "meta device"),
+    (torch.ones(2).to_sparse(), "sparse_coo"),
 ])
 def test_a_result_that_is_not_numbers_is_a_plugin_error(result, what):
     with pytest.raises(PluginError, match=f"plug-in mine:odd returned .*{what}.*not bound values"):
@@ -167,3 +169,30 @@ def test_analyze_reports_a_bad_plugin_in_one_line(plug, capsys, fn, message):
     err = without_notes(err)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("attnlip analyze: error: ") and message in err, err
     assert "Traceback" not in err + out and fn not in registry.bound_names()
+
+
+@pytest.mark.parametrize("body, message", [("raise SystemExit(0)", "exited while imported (SystemExit: 0)"),
+                                           ("import time\ntime.sleep(30)", "did not return within 0.2 s")])
+def test_a_plugin_module_that_exits_or_hangs_while_imported_is_named(tmp_path, monkeypatch, body, message):
+    """The module's own code runs at load: it may not end the command, and it is under the time limit too."""
+    name = f"bad_import_{abs(hash(body))}"
+    (tmp_path / f"{name}.py").write_text(body + "\n\ndef f(X, w):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(plugins.TIMEOUT_ENV, "0.2")
+    with pytest.raises(PluginError, match=re.escape(message)):
+        plugins.load_function(f"{name}:f")
+
+
+def test_a_plugin_error_in_a_cell_is_one_line_without_traceback(tmp_path, monkeypatch, capsys):
+    """A plug-in's failure inside a run's cell is the user's code: the run names it in one line (the cell failed,
+    the others computed), never with a traceback of ours."""
+    from harness import cli
+    from tests._harness_fakes import registered_fakes
+
+    for _ in registered_fakes(tmp_path, monkeypatch, "fake_plugin_cell"):
+        monkeypatch.setenv("ATTNLIP_TEST_PLUGIN", "2")
+        rc = cli.main(["_fake_squares", "--results-dir", str(tmp_path / "r"), "--no-figures", "--no-progress"],
+                      out=lambda *a: None)
+        err = capsys.readouterr().err
+        assert rc == 1 and "plug-in fake:bound raised ValueError: bad input" in err, err
+        assert "Traceback" not in err, err

@@ -279,7 +279,8 @@ def test_fuzzed_manifest_fields(fake, tmp_path_factory, path, value, mode):
 
 
 # ---- interrupted --verify ----------------------------------------------------------------------------------------
-def test_sigterm_during_verify_removes_its_temporary_cache(fake, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_during_verify_removes_its_temporary_cache(fake, tmp_path, sig):
     root = tmp_path / "res"
     _committed(root)
     tmp, counter = tmp_path / "tmp", tmp_path / "counter.txt"
@@ -298,12 +299,12 @@ def test_sigterm_during_verify_removes_its_temporary_cache(fake, tmp_path):
         while not counter.read_text() and p.poll() is None and time.monotonic() - t0 < 120:
             time.sleep(0.1)  # until a cell runs (sleeping 60 s) in the temporary cache
         assert p.poll() is None and list(tmp.glob(TMP_PREFIX + "*"))
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         out, _ = p.communicate(timeout=60)
     finally:
         p.kill()
-    assert p.returncode == 128 + signal.SIGTERM and "Traceback" not in out, out
-    assert "--verify interrupted (SIGTERM); its temporary cache was removed" in out
+    assert p.returncode == 128 + sig and "Traceback" not in out, out
+    assert f"--verify interrupted ({sig.name}); its temporary cache was removed" in out
     assert list(tmp.glob(TMP_PREFIX + "*")) == []  # its own, and the one a killed run left
 
 
@@ -332,3 +333,9 @@ def test_a_missing_experiments_path_entry_is_one_line(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert f"ATTNLIP_EXPERIMENTS_PATH entry {tmp_path / 'absent.py'} does not exist" in p.stderr
+
+
+def test_verify_with_nothing_committed_cannot_pass(fake, tmp_path, capsys):
+    """A mistyped --results-dir holds no committed table: nothing was verified, which is not a pass (exit 3)."""
+    rc, out = _verify(tmp_path / "empty")
+    assert rc == 3 and "nothing was verified" in out, out

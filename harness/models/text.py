@@ -171,7 +171,10 @@ def gpt2_tokenizer_folder(mirror: bool = True) -> Optional[str]:
         snap = hub.cached_snapshot(repo, hub.TOKENIZER_FILES)
         if snap:
             return snap
-    root = paths.mirror_root() if mirror else None
+    try:
+        root = paths.mirror_root() if mirror else None
+    except DataNotFound:  # $ATTNLIP_DATA names no folder: no tokenizer there (gpt2_tokenizer() says why)
+        root = None
     if root is not None and (root / GPT2_TOKENIZER.mirror).is_dir():
         return str(root / GPT2_TOKENIZER.mirror)
     return None
@@ -202,6 +205,7 @@ def gpt2_tokenizer():
             raise paths.damaged(Path(folder), f"not a readable GPT-2 tokenizer ({e.__class__.__name__}: {why})",
                                 GPT2_TOKENIZER.name) from None
     fetch = f"attnlip data fetch {GPT2_TOKENIZER.name}"
+    paths.mirror_root()  # a $ATTNLIP_DATA that names no folder: its own error
     rem = rem or hub.remote(GPT2_REPOS[1])
     raise DataNotFound(hub.not_found("the GPT-2 tokenizer", GPT2_REPOS[1], rem, fetch) +
                        f", or set {paths.DATA_ENV} to a mirror folder holding {GPT2_TOKENIZER.mirror}/", fix=fetch)

@@ -54,17 +54,13 @@ def _model(src: Optional[str], cell: Dict[str, Any]) -> Optional[Missing]:
 def gpt2_tokenizer_here() -> Optional[str]:
     """Where a local GPT-2 tokenizer is, without the network: a hub-cache snapshot under either hub name, else
     "mirror:gpt2_tokenizer (<folder>)"; None when neither (harness.models.text.gpt2_tokenizer reads the same)."""
-    from ..data import paths
     from ..data.sources import GPT2_TOKENIZER
-    from ..models import hub, text
+    from ..models import text
 
-    snaps = [f for r in text.GPT2_REPOS if (f := hub.cached_snapshot(r, hub.TOKENIZER_FILES))]
-    if snaps:
-        return snaps[0]
-    mirror = paths.mirror_root()
-    if mirror is not None and (mirror / GPT2_TOKENIZER.mirror).is_dir():
-        return f"mirror:{GPT2_TOKENIZER.mirror} ({mirror / GPT2_TOKENIZER.mirror})"
-    return None
+    folder = text.gpt2_tokenizer_folder()
+    if folder is None or text.gpt2_tokenizer_folder(mirror=False):
+        return folder
+    return f"mirror:{GPT2_TOKENIZER.mirror} ({folder})"
 
 
 def _tokenizer(src: Optional[str]) -> Optional[Missing]:

@@ -26,8 +26,8 @@ Verdict per experiment and scale: *reproduced*; *differs* (the columns, the larg
 that fails is a difference); *cannot verify* (a dataset or model a sampled cell needs is missing here: each item
 named once with the command that gets it); *not committed* (no table at that scale: nothing to check). Exit status:
 0 when everything checked reproduced, 1 when anything differs, 3 when nothing differs but something could not be
-verified, 2 on a usage error, 128 + the signal's number when SIGTERM or SIGINT (Ctrl-C) ends the run (its temporary
-cache removed, nothing stamped)."""
+verified (or nothing was committed to check), 2 on a usage error, 128 + the signal's number when SIGTERM, SIGINT
+(Ctrl-C) or SIGHUP ends the run (its temporary cache removed, nothing stamped)."""
 from __future__ import annotations
 
 import contextlib
@@ -167,8 +167,8 @@ TMP_PREFIX = "attnlip-verify-"  # + pid + "-": the temporary cache of one --veri
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT while --verify runs, raised where the run is, so that its temporary cache is removed on the
-    way out (SIGTERM would end the process at once)."""
+    """SIGTERM, SIGINT or SIGHUP while --verify runs, raised where the run is, so that its temporary cache is
+    removed on the way out (SIGTERM or SIGHUP would end the process at once)."""
 
     def __init__(self, signum: int):
         import signal
@@ -179,8 +179,8 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _signals_raise():
-    """SIGTERM and SIGINT raise Interrupted in the main thread for the duration (where they are not ignored); the
-    handlers before are restored."""
+    """SIGTERM, SIGINT and SIGHUP (a closed terminal) raise Interrupted in the main thread for the duration (where
+    they are not ignored); the handlers before are restored."""
     import signal
     import threading
 
@@ -191,7 +191,7 @@ def _signals_raise():
     def handler(signum, frame):
         raise Interrupted(signum)
 
-    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)
+    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
               if signal.getsignal(s) is not signal.SIG_IGN}  # an ignored signal stays ignored
     try:
         yield
@@ -219,7 +219,8 @@ def _temporary_cache():
         finally:
             import signal
 
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # a second signal waits
+            stops = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # a second signal waits for the removal
             try:
                 shutil.rmtree(tmp, ignore_errors=True)
             finally:
@@ -306,12 +307,16 @@ def format_report(results: Sequence[ExpVerify], all_columns: bool = False) -> st
         parts = [f"{len(by[REPRODUCED])} reproduced"]
         parts += [f"{len(by[s])} {s} ({', '.join(by[s])})" for s in (DIFFERS, CANNOT, ABSENT) if by[s]]
         lines.append(f"verify ({scale}): " + "; ".join(parts))
+    if results and all(r.status == ABSENT for r in results):
+        lines.append("nothing was verified: no committed table of these experiments at these scales under the "
+                     "results folder (check --results-dir and the scale)")
     return "\n".join(lines)
 
 
 def exit_status(results: Sequence[ExpVerify]) -> int:
     statuses = {r.status for r in results}
-    return 1 if DIFFERS in statuses else 3 if CANNOT in statuses else 0
+    checked = statuses - {ABSENT}
+    return 1 if DIFFERS in statuses else 3 if CANNOT in statuses or not checked else 0
 
 
 def parse_sample(text: Optional[str]) -> Union[int, None, str]:

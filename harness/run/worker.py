@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from .. import config as _config
 from .. import process as _process
 from .. import catalog as _catalog
-from ..errors import MissingData, UnsupportedContext
+from ..errors import MissingData, PluginError, UnsupportedContext
 from ..context import Context, seed_everything
 from ..catalog import Experiment
 from ..store import claims as _claims
@@ -144,8 +144,8 @@ def run_one(spec: CellSpec) -> CellStatus:
             cache = {"cached": False, "cache_error": os_error_line(e, spec.cache_dir), "record": record}
         _failure_log(spec, None)
         status = status_of(spec, "ok", **cache, **meta, n_rows=len(rows))
-    except UnsupportedContext as e:
-        status = status_of(spec, "failed", error=f"UnsupportedContext: {e}", traceback="",
+    except (UnsupportedContext, PluginError) as e:  # a stated reason (a user's plug-in): one line, no traceback
+        status = status_of(spec, "failed", error=f"{e.__class__.__name__}: {e}", traceback="",
                            wall_s=time.perf_counter() - t0)
     except MissingData as e:
         status = status_of(spec, "missing_data", error=f"MissingData: {e}", traceback="",
