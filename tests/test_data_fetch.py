@@ -99,3 +99,14 @@ def test_fetch_the_gpt2_tokenizer_by_name(env, monkeypatch, capsys):
     assert "all 1 item(s) available: openai-community/gpt2 (tokenizer)" in capsys.readouterr().out
     snap = dest / "huggingface" / "hub" / "models--openai-community--gpt2" / "snapshots" / SHA
     assert sorted(p.name for p in snap.iterdir()) == ["config.json", "merges.txt", "tokenizer.json", "vocab.json"]
+
+
+def test_data_list_with_a_broken_mirror_setting_fails_after_listing(tmp_path, monkeypatch, capsys):
+    """$ATTNLIP_DATA naming no folder: the listing shows what it breaks, and the status says the setting is wrong."""
+    from harness.data import cli as data_cli
+
+    monkeypatch.setenv("ATTNLIP_DATA", str(tmp_path / "nonexistent"))
+    assert data_cli.cmd_list() == 1
+    cap = capsys.readouterr()
+    assert "is not a folder" in cap.out and cap.err.startswith("attnlip data list: error: ") and "Traceback" not in \
+        cap.err, cap.err

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from harness.data import resolve, sources
+from harness.data import paths, resolve, sources
 from harness.errors import DataNotFound
 
 USAGE_EPILOG = "The optional local mirror ($ATTNLIP_DATA) is read before any cache; its layout:\n" + sources.MIRROR_LAYOUT
@@ -59,6 +59,11 @@ def cmd_list(out=print, planner=None) -> int:
         for line in planner.inventory_lines(["*"], ["quick", "full"]):
             out("  " + line)
     out("\n" + USAGE_EPILOG)
+    try:
+        paths.mirror_root()
+    except DataNotFound as e:  # the listing above shows what it breaks; the status says the setting is wrong
+        print(f"attnlip data list: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
