@@ -239,8 +239,12 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
         out(f"{n}: {len(figs)} figure file(s) redrawn from {outdir / 'table.parquet'}")
     if done:
         root = cfg.output_root
-        _report.write_readme(root, canonical=cfg.results_dir if not cfg.variant else None)
-        out(f"rewrote {root / 'README.md'}")
+        try:
+            _report.write_readme(root, canonical=cfg.results_dir if not cfg.variant else None)
+            out(f"rewrote {root / 'README.md'}")
+        except OSError as e:  # a full or read-only disk: the README is whole, old (written atomically)
+            bad.append(f"writing {root / 'README.md'} failed ({e.__class__.__name__}: {e.strerror or e}); it is "
+                       "as it was")
     if bad:
         print("FAILED:\n" + "\n".join(bad), file=sys.stderr)
     return 1 if bad else 0

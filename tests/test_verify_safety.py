@@ -339,3 +339,18 @@ def test_verify_with_nothing_committed_cannot_pass(fake, tmp_path, capsys):
     """A mistyped --results-dir holds no committed table: nothing was verified, which is not a pass (exit 3)."""
     rc, out = _verify(tmp_path / "empty")
     assert rc == 3 and "nothing was verified" in out, out
+
+
+def test_a_full_disk_while_render_writes_the_readme_is_one_line(fake, tmp_path, monkeypatch):
+    from harness import report
+
+    root = tmp_path / "res"
+    _committed(root)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(report, "write_readme", full)
+    rc, out = _call(lambda a: cli.main(a, out=print), ["--render", "--quick", "--no-progress", "--results-dir",
+                                                       str(root), NAME])
+    assert rc == 1 and "Traceback" not in out and "README.md failed (OSError: No space left on device)" in out, out
