@@ -280,12 +280,15 @@ def load(folder, classifier: bool = False, **kwargs):
     folder = Path(folder)
     auto = classifier_class(AutoConfig.from_pretrained(str(folder), trust_remote_code=False)) if classifier \
         else AutoModel
+    def missing_of(info) -> list:
+        return sorted(k for k in info.get("missing_keys", ()) if classifier or not k.startswith("pooler."))
+
     model, info = _from_pretrained(auto, folder, **kwargs)
-    missing = sorted(k for k in info.get("missing_keys", ()) if classifier or not k.startswith("pooler."))
+    missing = missing_of(info)
     encoder_only = getattr(transformers, type(model).__name__.replace("Model", "EncoderModel"), None)
     if missing and not classifier and encoder_only is not None and all(k.startswith("decoder.") for k in missing):
         model, info = _from_pretrained(encoder_only, folder, **kwargs)  # saved from the encoder alone (T5EncoderModel)
-        missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
+        missing = missing_of(info)
     if missing:
         raise BadCheckpoint(f"{folder}: {len(missing)} weight(s) of the model config.json describes are not in "
                             f"its weights (e.g. {missing[0]!r}), so they would be random: the config and the "
