@@ -14,6 +14,7 @@ estimates of zeta and ||M_l||); `Theorem1Variant.at_state` from an InputState (t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -54,7 +55,8 @@ class Theorem1Variant:
         if self.c == "refined":
             if rows is None:
                 raise ValueError("the refined bound needs the per-row softmax terms: compute them with fine=True")
-            c = lofast_refined.softmax_constant(rows, eps)
+            e = eps.unsqueeze(-1) if eps.dim() else eps
+            c = lofast_refined.change_constant(rows, eps, e * (m + b * e) / math.sqrt(dh))
         else:
             c = float(self.c)
         d1 = naive1 if self.delta1 == "naive" else zeta

@@ -21,6 +21,7 @@ min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipsc
     row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
     softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
     row_constants(t, eps) -> two (..., h, n)       per row: that constant and the second-derivative one (second_order)
+    change_constant(t, eps, T) -> (..., h)         c'_l <= c_l with ||P_l' - P_l||_F <= c'_l T_l (rows tipped off one-hot)
     constant_at_zero(P) -> (..., h)                c_l(0) from the attention probabilities alone
     delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
 """
@@ -51,6 +52,9 @@ class RowTerms:
     query_side: Tensor  # (..., h, n) ||q_i wk_l^T||: the keys' change moves row i by at most this x ||dX||_F
     b: Tensor  # (h,) ||wq_l wk_l^T|| (unscaled B_l)
     dh: int
+    margin: Tensor = None  # (..., h, n, n) s_ik* - s_ij, lowered by its rounding allowance (0 at j = k*)
+    pair: Tensor = None  # (..., h, n, n) ||wq_l (k_j - k_k*)^T||: a query's change moves that margin by this x ||dx_i||
+    own: Tensor = None  # (..., h, n, n) bool: i is j or k* (its own change moves both sides of the margin)
 
 
 def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
@@ -68,7 +72,31 @@ def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
     dist = torch.sqrt(one_minus.square() + others_sq)
     key_side = prod_norm(w.wq, K)  # (..., h): ||wq_l K_l^T|| from the dh x dh factors' R, not the d x n product
     query_side = (Q @ w.wk.transpose(-1, -2)).norm(dim=-1)  # (..., h, n): ||q_i wk_l^T||
-    return RowTerms(logp, dist, key_side, query_side, w.B_norm(), w.dh)
+    margin, pair, own = _pair_terms(Q, K, S, logp, w)
+    return RowTerms(logp, dist, key_side, query_side, w.B_norm(), w.dh, margin, pair, own)
+
+
+def _pair_terms(Q: Tensor, K: Tensor, S: Tensor, logp: Tensor, w: AttentionWeights):
+    """Per row i and key j: the score margin s_ik* - s_ij to the row's top key k* (less a rounding allowance for the
+    products that formed it), ||wq (k_j - k_k*)^T|| (from the Gram matrix of K wq^T, padded for its cancellation) and
+    whether i is j or k*. Biases cancel in k_j - k_k*."""
+    n, u = S.shape[-1], torch.finfo(S.dtype).eps
+    top = logp.argmax(-1, keepdim=True)  # (..., h, n, 1)
+    s_top = S.gather(-1, top)
+    KW = K @ w.wq.transpose(-1, -2)  # (..., h, n, d): k_j wq^T
+    H = KW @ KW.transpose(-1, -2)  # (..., h, n, n)
+    hd = H.diagonal(dim1=-2, dim2=-1)  # (..., h, n)
+    h_top = hd.unsqueeze(-2).expand_as(H).gather(-1, top)  # (..., h, n, 1): H_k*k*
+    cross = H.gather(-2, top.expand_as(H))  # (..., h, i, j): H_{k*_i, j}
+    slack = 4.0 * (KW.shape[-1] + w.dh) * u * (hd.unsqueeze(-2) + h_top)  # the Gram entries' rounding
+    pair = (hd.unsqueeze(-2) + h_top - 2.0 * cross + slack).clamp_min(0.0).sqrt()
+    kn = K.norm(dim=-1).unsqueeze(-2)  # (..., h, 1, n)
+    round_s = 2.0 * (Q.shape[-1] + w.wq.shape[-2] + 4) * u * Q.norm(dim=-1, keepdim=True) * (kn + kn.expand_as(S)
+                                                                                               .gather(-1, top))
+    margin = torch.where(torch.isfinite(S), s_top - S - round_s / math.sqrt(w.dh), torch.inf).clamp_min(0.0)
+    idx = torch.arange(n, device=S.device)
+    own = (idx[:, None] == idx[None, :]) | (top == idx[:, None])  # (..., h, n, n): i == j or i == k*_i
+    return margin, pair, own
 
 
 def row_bounds(t: RowTerms, eps: Eps):
@@ -81,6 +109,8 @@ def row_bounds(t: RowTerms, eps: Eps):
     e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
     rho = e * (t.key_side.unsqueeze(-1) + t.query_side + e * t.b[:, None]) / math.sqrt(t.dh)  # (..., h, n)
     logb = t.logp + rho.unsqueeze(-1) * t.dist  # (..., h, n, n): log of the ball's bound on each p_k
+    if t.margin is not None:  # p_j <= exp(s_j - s_k*), the margin moved by at most its own bound over the ball
+        logb = torch.minimum(logb, _moved(t, e.unsqueeze(-1)) - t.margin)
     log_top = logb.amax(-1)  # (..., h, n): log of the bound on max_k p_k
     c_row = torch.exp(log_top.clamp(max=math.log(0.5)))  # min(1/2, .) in log space, then exp <= 1/2
     top = t.logp.argmax(-1, keepdim=True)  # (..., h, n, 1): k*
@@ -89,11 +119,40 @@ def row_bounds(t: RowTerms, eps: Eps):
     return c_row, q_row
 
 
+def _moved(t: RowTerms, e: Tensor) -> Tensor:
+    """How far the margin s_ik* - s_ij can fall over the eps-ball, (..., h, n, n), e (..., 1, 1, 1) or a number:
+    dq_i (k_j - k_k*)^T + q_i (dk_j - dk_k*)^T + dq_i (dk_j - dk_k*)^T with ||dx_i||, ||dx_j||, ||dx_k*|| sharing eps:
+    eps sqrt(a^2 + 2 b^2) (eps sqrt((a + b)^2 + b^2) when i is j or k*) + (1 + sqrt 2) / 2 eps^2 ||B||, over sqrt(dh),
+    a = ||wq (k_j - k_k*)^T||, b = ||q_i wk^T||."""
+    a, b = t.pair, t.query_side.unsqueeze(-1)
+    first = torch.where(t.own, torch.sqrt((a + b).square() + b.square()), torch.sqrt(a.square() + 2.0 * b.square()))
+    return e * (first + e * (1.0 + math.sqrt(2.0)) / 2.0 * t.b[:, None, None]) / math.sqrt(t.dh)
+
+
 def softmax_constant(t: RowTerms, eps: Eps, onehot: bool = True) -> Tensor:
     """c_l(eps) >= ||J_sm(p_i)|| for every row i of head l anywhere in the eps-ball: (..., h) for eps scalar or
     (...,). max_i min(c_i, 2 q_i) (row_bounds): ||J_sm(p)|| <= max_k p_k and <= 2 (1 - p_k) for every k, so a row
     that stays near one-hot over the ball contributes ~0. onehot=False: max_i c_i alone."""
     return (row_constants(t, eps)[0] if onehot else row_bounds(t, eps)[0]).amax(-1)  # (..., h)
+
+
+def change_constant(t: RowTerms, eps: Eps, T: Tensor) -> Tensor:
+    """c'_l with ||P_l(X') - P_l(X)||_F <= c'_l T_l for every X' in the eps-ball, T (..., h) a bound on ||S_l' - S_l||_F
+    there: (..., h), never above softmax_constant(t, eps). Row by row, ||p_i' - p_i|| <= c_i ||s_i' - s_i|| (the
+    mean value bound) and <= sqrt(2) q_i (zeroth order: every entry but k* lies below its ball bound at both ends,
+    and p_ik* moves by their sum), so for the k rows of largest c_i taken at zeroth order and the rest at first
+    order, ||P' - P||_F^2 <= sum_{first k} 2 q_i^2 + c_(k+1)^2 T^2; the minimum over k (k = 0 is Theorem 1's
+    max_i c_i T). A row the ball can tip off one-hot then costs its probability mass, not ||M_l|| eps."""
+    c_row, q_row = row_bounds(t, eps)
+    c_sorted, order = torch.minimum(c_row, 2.0 * q_row).sort(-1, descending=True)  # (..., h, n), as row_constants
+    del c_row
+    zeroth = torch.cumsum(2.0 * q_row.gather(-1, order).square(), -1)  # rows 1..k at zeroth order
+    zeroth = torch.cat([torch.zeros_like(zeroth[..., :1]), zeroth], -1)  # k = 0 .. n
+    first = torch.cat([c_sorted, torch.zeros_like(c_sorted[..., :1])], -1)  # c_(k+1), 0 once every row is zeroth
+    T = T.unsqueeze(-1)
+    ratio = torch.where(T > 0, zeroth / T.square().clamp_min(torch.finfo(T.dtype).tiny), torch.inf)
+    ratio = torch.where(zeroth > 0, ratio, 0.0)  # a row with q_i = 0 costs nothing at any T
+    return torch.sqrt((ratio + first.square()).amin(-1)).minimum(c_sorted[..., 0])
 
 
 def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
@@ -129,9 +188,10 @@ def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causa
     ||X' - X||_F <= eps, (..., n, d) -> (...,). Never larger than lofast.delta(..., softmax_lip=0.5)."""
     w = prepare(X, w)
     e = check_eps(eps, X)
-    c = softmax_constant(row_terms(X, w, causal), e)
     z = lofast.zeta(X, w, residual, causal=causal, **power)
     m = lofast.m_norms(X, w, **power)
+    eh = e.unsqueeze(-1) if e.dim() else e
+    c = change_constant(row_terms(X, w, causal), e, eh * (m + w.B_norm() * eh) / math.sqrt(w.dh))
     return lofast.theorem1(z, m, w.B_norm(), lofast.delta22(X, w, 0.0), w.VO_norm(), w.dh, e, c)
 
 

@@ -18,9 +18,12 @@ second derivative, so K is the same with or without them). Per head, with s = (Z
     ||T(p)[u, u]|| <= 4 (1 - p_k) ||u||^2 for every k   (near one-hot rows: lofast_refined.row_constants)
     ||(Z wv_l + bv_l) wo_l|| <= ||(X wv_l + bv_l) wo_l|| + eps ||wv_l wo_l||
 
-so K_l(eps) = (2 c_l b_l / sqrt(dh) + k_l sigma_l^2) (xvo_l + eps vo_l) + 2 c_l sigma_l vo_l, k_l the row maximum
-of min(kappa(c_i), 4 q_i) (q_i >= 1 - p_ik* over the ball, lofast_refined.row_bounds), and
-K = sum_l K_l. As eps -> 0 the certificate / eps tends to U, the exact local constant (up to the estimate); for
+so K_l(eps) = (2 c_l b_l / sqrt(dh) + A_l) (xvo_l + eps vo_l) + 2 B_l vo_l with k_i = min(kappa(c_i), 4 q_i)
+(q_i >= 1 - p_ik* over the ball, lofast_refined.row_bounds), c_l = max_i c_i, and the rows' share of the score
+change: ||ds_i|| <= r_i = (||wq_l K^T|| + ||q_i wk_l^T|| + 2 eps b_l) / sqrt(dh) per unit ||E||_F and
+sum_i ||ds_i||^2 <= sigma_l^2, so A_l = max sum_i k_i t_i and B_l^2 = max sum_i c_i^2 t_i over 0 <= t_i <= r_i^2,
+sum_i t_i <= sigma_l^2 (at most k_max sigma_l^2 and c_l^2 sigma_l^2; far less when the rows that could bend stay
+near one-hot or move little), and K = sum_l K_l. As eps -> 0 the certificate / eps tends to U, the exact local constant (up to the estimate); for
 large eps the eps^2 term dominates and Theorem 1's certificates (harness.bounds.ball_change) are smaller: the
 registry's "best" certificate takes the minimum of all of them, which is sound as well.
 
@@ -75,12 +78,24 @@ def curvature(t: CurvatureTerms, eps: Eps) -> Tensor:
     e = torch.as_tensor(eps, dtype=t.m.dtype, device=t.m.device)
     c_row, k_row = lofast_refined.row_constants(t.rows, e)  # the ball's row bounds, computed once
     c = c_row.amax(-1)  # (..., h), softmax_constant: <= 1/2; ~0 for rows that stay one-hot
-    k2 = k_row.amax(-1)  # (..., h), <= kappa(c)
     eh = e.unsqueeze(-1) if e.dim() else e  # (..., 1) against (..., h)
     sqdh = math.sqrt(t.dh)
-    sigma = (t.m + 2.0 * eh * t.b) / sqdh  # bound on ||dS_l||_F per unit ||E||_F anywhere in the ball
-    d2p = 2.0 * c * t.b / sqdh + k2 * sigma.square()  # bound on ||d^2 P_l[E, E]||_F
-    return (d2p * (t.xvo + eh * t.vo) + 2.0 * c * sigma * t.vo).sum(-1)
+    sigma2 = ((t.m + 2.0 * eh * t.b) / sqdh).square()  # bound on ||dS_l||_F^2 per unit ||E||_F anywhere in the ball
+    r = t.rows  # row i's scores move by at most rate_i ||E||_F anywhere in the ball
+    rate2 = ((r.key_side + 2.0 * eh * t.b).unsqueeze(-1) + r.query_side).square() / t.dh  # (..., h, n)
+    d2p = 2.0 * c * t.b / sqdh + _most(k_row, rate2, sigma2)  # bound on ||d^2 P_l[E, E]||_F
+    dp = _most(c_row.square(), rate2, sigma2).sqrt()  # bound on ||dP_l[E]||_F
+    return (d2p * (t.xvo + eh * t.vo) + 2.0 * dp * t.vo).sum(-1)
+
+
+def _most(weight: Tensor, cap: Tensor, total: Tensor) -> Tensor:
+    """max sum_i weight_i t_i over 0 <= t_i <= cap_i, sum_i t_i <= total (the rows' share of ||dS_l||_F^2): (..., h)
+    from (..., h, n) weights and caps and a (..., h) total. The rows of largest weight take their whole cap first;
+    with every cap at least the total it is max_i weight_i total, the bound of one row taking all of it."""
+    w, order = weight.sort(-1, descending=True)
+    cap = cap.expand_as(weight).gather(-1, order)
+    before = torch.cumsum(cap, -1) - cap
+    return (w * torch.minimum(cap, total.unsqueeze(-1) - before).clamp_min(0.0)).sum(-1)
 
 
 def delta(U: Tensor, t: CurvatureTerms, eps: Eps) -> Tensor:
