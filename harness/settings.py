@@ -59,6 +59,9 @@ Algorithm choices by size
   cost is memory held after the call, up to this much per thread that ran a solver.
 - `DENSE_MAX` = 384: n * d up to which kernels.layer.lipschitz forms J_F(X) explicitly (one batched product)
   and takes its SVD instead of iterating (below it the dense route is faster and exact).
+- `CERT_DENSE_MAX` = 1024: n * d up to which a certified truth (kernels.layer.truth with certify) is the explicit
+  Jacobian's SVD, exact up to its rounding allowance, instead of a Kuczynski-Wozniakowski estimate (which inflates
+  the value by its relative eps and needs about as many products as the space has dimensions at this size).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
   a random start (it may have been orthogonal to the top singular vector).
 
@@ -135,6 +138,7 @@ PARTIAL_MIN_DIM = 4096
 PARTIAL_MIN_BYTES = 32 * 2**20
 WORKSPACE_BYTES = 2 * KRYLOV_BYTES
 DENSE_MAX = 384
+CERT_DENSE_MAX = 1024
 SUSPICIOUS_STEPS = 2
 
 # ---- mixed precision and rounding -------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ def test_softmax_second_derivative_is_the_closed_form_and_below_kappa_on_10000_r
             u, pk, ck = u[keep] / u[keep].norm(dim=-1, keepdim=True), p[keep], c[keep]
             val = _curvature_of_softmax(pk, u).norm(dim=-1)
             assert (val <= second_order.kappa(ck) * (1 + 1e-12) + 1e-15).all(), float((val - second_order.kappa(ck)).max())
+            top = pk.amax(-1)  # with the row's largest probability: sqrt(2 g(top) c + c^2 top)
+            assert (val <= second_order.kappa(ck, top) * (1 + 1e-12) + 1e-15).all()
+            assert (second_order.kappa(ck, top) <= second_order.kappa(ck) * (1 + 1e-15)).all()
     assert second_order.kappa(0.5) == pytest.approx(math.sqrt(4 / 27 + 1 / 4))
 
 

@@ -99,10 +99,11 @@ def _pair_terms(Q: Tensor, K: Tensor, S: Tensor, logp: Tensor, w: AttentionWeigh
     return margin, pair, own
 
 
-def row_bounds(t: RowTerms, eps: Eps):
+def row_bounds(t: RowTerms, eps: Eps, top_too: bool = False):
     """Per row i over the eps-ball, (..., h, n) each: c_i = min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||)))
     (the bound on max_k p_k), and q_i = min(1, sum_{j != k*} p_ij exp(rho_i ||e_j - p_i||)), a bound on 1 - p_ik*
-    anywhere in the ball, k* the row's most probable key at X (docs/math.md §1, "Near one-hot rows")."""
+    anywhere in the ball, k* the row's most probable key at X (docs/math.md §1, "Near one-hot rows"); top_too: the
+    bound on max_k p_k itself (not capped at 1/2) as a third value."""
     e = torch.as_tensor(eps, dtype=t.logp.dtype, device=t.logp.device)
     if bool((e < 0).any()) or not all_finite(e):
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
@@ -116,6 +117,8 @@ def row_bounds(t: RowTerms, eps: Eps):
     top = t.logp.argmax(-1, keepdim=True)  # (..., h, n, 1): k*
     rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
     q_row = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n), exp(-inf) = 0 for a lone key
+    if top_too:
+        return c_row, q_row, torch.exp(log_top.clamp(max=0.0))
     return c_row, q_row
 
 
@@ -155,21 +158,26 @@ def change_constant(t: RowTerms, eps: Eps, T: Tensor) -> Tensor:
     return torch.sqrt((ratio + first.square()).amin(-1)).minimum(c_sorted[..., 0])
 
 
-def kappa(c: Union[float, Tensor]) -> Union[float, Tensor]:
-    """A bound on ||T(p)[u, u]|| / ||u||^2, T the second derivative of the softmax at p, given ||J_sm(p)|| <= c:
-    sqrt(8 c / 27 + c^2) (docs/math.md §1; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
-    if isinstance(c, Tensor):
-        return torch.sqrt(8.0 * c / 27.0 + c * c)
-    return math.sqrt(8.0 * c / 27.0 + c * c)
+def kappa(c: Union[float, Tensor], top: Union[float, Tensor] = 1.0) -> Union[float, Tensor]:
+    """A bound on ||T(p)[u, u]|| / ||u||^2, T the second derivative of the softmax at p, given ||J_sm(p)|| <= c and
+    max_k p_k <= top: sqrt(2 g(top) c + c^2 top), g(x) = x (1 - x)^2 up to x = 1/3 and 4/27 beyond (docs/math.md §1;
+    sqrt(8 c / 27 + c^2) at top = 1; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
+    if isinstance(c, Tensor) or isinstance(top, Tensor):
+        top = torch.as_tensor(top, dtype=c.dtype if isinstance(c, Tensor) else top.dtype)
+        g = torch.where(top <= 1.0 / 3.0, top * (1.0 - top).square(), torch.full_like(top, 4.0 / 27.0))
+        return torch.sqrt(2.0 * g * c + c * c * top)
+    g = top * (1.0 - top) ** 2 if top <= 1.0 / 3.0 else 4.0 / 27.0
+    return math.sqrt(2.0 * g * c + c * c * top)
 
 
 def row_constants(t: RowTerms, eps: Eps):
     """Per row over the eps-ball, (..., h, n) each, from one row_bounds: min(c_i, 2 q_i) >= ||J_sm(p_i)||
-    (softmax_constant's rows) and k_i = min(kappa of it, 4 q_i) >= ||T(p_i)[u, u]|| / ||u||^2: T(p)[u, u]_j =
+    (softmax_constant's rows) and k_i = min(kappa of it and the row's bound on max_k p_k, 4 q_i)
+    >= ||T(p_i)[u, u]|| / ||u||^2: T(p)[u, u]_j =
     p_j ((u_j - <p, u>)^2 - Var_p(u)), whose 1-norm is at most 2 Var_p(u) <= 4 (1 - p_k) ||u||^2 for every k."""
-    c_row, q_row = row_bounds(t, eps)
+    c_row, q_row, top = row_bounds(t, eps, top_too=True)
     c_row = torch.minimum(c_row, 2.0 * q_row)
-    return c_row, torch.minimum(kappa(c_row), 4.0 * q_row)
+    return c_row, torch.minimum(kappa(c_row, top), 4.0 * q_row)
 
 
 def constant_at_zero(P: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from harness.settings import CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, SVD_ROUNDING, truth_tol
+from harness.settings import CERT_DENSE_MAX, CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, SVD_ROUNDING, truth_tol
 
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
@@ -249,7 +249,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
 
     tol=None: harness.settings.truth_tol(X.dtype). certify=None: `lipschitz` (explicit Jacobian + SVD on small
     layers, else Lanczos from the hashed Gaussian); certify=dict(steps=..., fail_prob=...): on small layers (n d <=
-    DENSE_MAX) the explicit Jacobian's SVD, `upper` its value padded by SVD_ROUNDING n d eps (fail_prob 0), else
+    CERT_DENSE_MAX) the explicit Jacobian's SVD, `upper` its value padded by SVD_ROUNDING n d eps (fail_prob 0), else
     certified_norm, whose `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I||
     (layer only, with certify). Non-convergence is not raised: read `.converged`."""
     if residual and (heads or certify is None):
@@ -262,7 +262,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     if residual:  # J_F + I and its adjoint J_F^T + I
         mv, rmv = matvec, rmatvec
         matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
-    if X.shape[-2] * X.shape[-1] <= DENSE_MAX:  # exact: the SVD of the explicit Jacobian, padded for its rounding
+    if X.shape[-2] * X.shape[-1] <= CERT_DENSE_MAX:  # exact: the explicit Jacobian's SVD, padded for its rounding
         return _dense(matvec, X)  # (no Kuczynski-Wozniakowski inflation where the Krylov space would be exhausted)
     return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify,
                           x0=truth_start(X, w, seed, causal, residual))
