@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from harness.analyze import validate
 from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB, dtype_name, torch_dtype
+
+if TYPE_CHECKING:  # torch_dtype loads it: the CLI's parser and checks answer without it
+    import torch
 
 ANALYZE_DTYPES = ("float64", "float32")  # the kernels' compute dtypes (harness.settings.COMPUTE_DTYPES) by name
 

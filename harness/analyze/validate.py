@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import operator
 import unicodedata
-from typing import Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch loads where a check needs it: --help and the option checks answer without it
+    import torch
+
 
 DEFAULT_MAX_TOKENS = 128  # the CLI's --max-tokens when not given (capped at the model's positions)
 MIN_VOCAB_SHARE = 0.5  # a tokenizer knowing fewer tokens than this share of the embedding rows is not the model's
@@ -72,6 +74,8 @@ def check_numbers(eps: float, pgd_steps: int, samples: Optional[int] = None, max
 
 def check_device(device) -> torch.device:
     """torch.device(device) if this machine can run on it; a UsageError naming --device otherwise."""
+    import torch
+
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
@@ -119,6 +123,8 @@ def check_texts(texts: Sequence[str], option: str, where: str = "") -> None:
 def real_tokens(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], tokenizer) -> torch.Tensor:
     """Bool mask of the text's own tokens: not padding, not one of the tokenizer's special tokens ([UNK] counts as
     the text's)."""
+    import torch
+
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     unk = getattr(tokenizer, "unk_token_id", None)
     specials = [i for i in getattr(tokenizer, "all_special_ids", []) if i != unk]
