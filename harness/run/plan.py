@@ -379,7 +379,8 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
                 t.state = "cached"
         tasks.append(t)
     records = [rec for _, rec in loaded]
-    checks = {**null_conflicts(records, _always_set(cfg.output_root / name)), **column_conflicts(records)}
+    checks = {**null_conflicts(records, _always_set(cfg.output_root / name)), **column_conflicts(records)} \
+        if records else {}  # nothing read from the cache (verify=False: --list): no committed table to read
     for i, why in checks.items():
         t = loaded[i][0]
         t.state, t.note = "corrupt", f"{store.path(name, t.key)}: {why}"
