@@ -46,8 +46,9 @@ _REGISTRY: Dict[str, "Experiment"] = {}
 _LOADED = False
 
 # The values a grid parameter can take, by name, for every experiment using that name (one name, one meaning); an
-# experiment's `ranges` adds or overrides entries. "--set" values outside are refused when the run is planned, with
-# the range, instead of failing inside a cell. ">=1": a whole count; ">0": a positive size or scale; for list
+# experiment's `ranges` adds or overrides entries (a name whose range depends on the experiment, like a grid's
+# resolution, is declared there only). "--set" values are typed and checked against these once, when the run is
+# planned (harness.run.plan.typed_overrides), with the range, instead of failing inside a cell. ">=1": a whole count; ">0": a positive size or scale; for list
 # parameters (eps values, l2 radii) the rule applies to each element.
 PARAM_RANGES: Dict[str, str] = {
     **dict.fromkeys(("n", "count", "heads", "points", "samples", "test_size", "train_size", "vit_d", "vit_depth",
@@ -57,7 +58,6 @@ PARAM_RANGES: Dict[str, str] = {
                      "rel_sizes"), ">=0"),
     **dict.fromkeys(("lr", "temperature", "extent", "r_min", "r_max", "gr2_min", "gr2_max", "settle", "input_scale",
                      "x_scale", "radius_factor", "vo_norm", "l2", "linf_255"), ">0"),
-    "resolution": ">=2",
 }
 
 
