@@ -58,7 +58,8 @@ def check_value(exp_name: str, key: str, value: Any, declared: Sequence[Any]) ->
 def typed_overrides(exp: Experiment, cfg) -> Dict[str, List[Any]]:
     """The --set overrides that apply to this experiment, typed by its declared grid values and checked against its
     ranges (harness.catalog.PARAM_RANGES and the experiment's own `ranges`): the one place a --set value is checked.
-    The answer is kept on `cfg` (a harness.run.plan.RunConfig), so planning, the outputs and the checks before a run share it."""
+    The answer is kept on `cfg` (a harness.run.plan.RunConfig), so planning, the outputs and the checks before a
+    run share it."""
     memo = (exp.name, cfg.scale, repr(sorted(cfg.overrides.items())), tuple(cfg.bounds))
     if memo not in cfg._typed:
         cfg._typed[memo] = _typed(exp, cfg)
