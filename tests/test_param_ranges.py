@@ -8,12 +8,13 @@ import importlib
 import pytest
 
 from harness import cli, catalog
+from harness.run import discovery
 
 plan = importlib.import_module("harness.run.plan")
 
 
 def test_every_declared_value_is_in_its_range():
-    catalog.load_all()
+    discovery.load_all()
     bad = []
     for name in catalog.list_experiments():
         exp = catalog.get_experiment(name)

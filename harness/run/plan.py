@@ -9,13 +9,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .. import config as _config
 from .. import grid as _grid
-from .. import catalog as _catalog
 from ..catalog import Experiment
 from ..store import keys as _keys
 from ..store.atomic import folder_problem
 from ..store.cells import CellCache, CorruptCell, column_conflicts, null_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
 from . import changes as _changes
+from . import discovery as _discovery
 from . import overrides as _ov
 from .overrides import _declared, _fmt, check_value, typed_overrides  # noqa: F401 - the --set checks, re-exported
 from .preflight import missing as missing_items
@@ -152,17 +152,17 @@ def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
     """Experiment names from exact names and/or globs (positional and --only); all when none given."""
     pats = [p for item in list(names) + list(only) for p in str(item).split(",") if p.strip()]
     if not pats:
-        return _catalog.list_experiments()
+        return _discovery.list_experiments()
     out: List[str] = []
     for p in pats:
         p = p.strip()
         if any(ch in p for ch in "*?["):
-            hits = _catalog.list_experiments(p)
+            hits = _discovery.list_experiments(p)
             if not hits:
                 raise KeyError(f"pattern {p!r} matches no experiment. Known: "
-                               f"{', '.join(_catalog.list_experiments()) or '(none)'}")
+                               f"{', '.join(_discovery.list_experiments()) or '(none)'}")
         else:
-            hits = [_catalog.get_experiment(p).name]  # KeyError with close matches
+            hits = [_discovery.get_experiment(p).name]  # KeyError with close matches
         out += [h for h in hits if h not in out]
     return out
 
@@ -222,7 +222,7 @@ def check_bounds(names: Sequence[str], cfg: RunConfig) -> None:
                              f"importable from here (PYTHONPATH)") from None
         if not callable(fn):
             raise ValueError(f"--bound {b}: {type(fn).__name__} is not callable")
-    users = [n for n in names if accepts_bounds(_catalog.get_experiment(n))]
+    users = [n for n in names if accepts_bounds(_discovery.get_experiment(n))]
     if not users:
         raise ValueError("--bound: none of the selected experiments evaluates plug-in bounds; "
                          "use it with bound_leaderboard (or `attnlip analyze --bound`)")
@@ -233,7 +233,7 @@ def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
     context (dtype, device) must be one every selected experiment runs in (UnsupportedContext otherwise)."""
     known = set()
     for n in names:
-        exp = _catalog.get_experiment(n)
+        exp = _discovery.get_experiment(n)
         known.update(_grid.keys(exp.grid_for(cfg.scale)))
         typed_overrides(exp, cfg)
         exp.check_context(cfg.dtype, cfg.device)
@@ -295,7 +295,7 @@ def _always_set(folder: Path) -> List[str]:
 
 def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     """Cells of one experiment with their keys and cache state (verify: load each file to detect corruption)."""
-    exp = _catalog.get_experiment(name)
+    exp = _discovery.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
     tasks, events, memo = [], [], {}
@@ -343,4 +343,4 @@ def paper_selection(names: Sequence[str], cfg: RunConfig, explicit: bool) -> Lis
     have no paper sizes to run); named ones are kept, and one without a paper scale is refused by grid_for."""
     if cfg.scale != "paper" or explicit:
         return list(names)
-    return [n for n in names if _catalog.get_experiment(n).paper]
+    return [n for n in names if _discovery.get_experiment(n).paper]
