@@ -77,6 +77,10 @@ Iteration budgets (defaults of the kernels' keyword arguments; a caller may pass
   random points on the sphere of kernels.pgd.random_search_maximize.
 - `PAPER_ESTIMATOR_ITERS` = 50: the power iterations of Castin et al.'s public estimator (kernels.power
   .paper_estimator), kept at their code's count to quantify its bias as published.
+- `ANALYZE_EPS` = 1e-2, `ANALYZE_PGD_STEPS` = 20: `attnlip analyze`'s (and analyze()'s) radius of Theorem 1's
+  delta and of PGD, and PGD's steps: a ball of 1 % of a unit-norm token's length, small enough that the
+  certificates stay within a few times the local constant and large enough that PGD moves; 20 steps bring PGD's
+  lower bound within a percent of 200 steps' on the studied layers.
 - `JSM_BISECTION_STEPS` = 100: bisection steps of the exact softmax-Jacobian norm (kernels.softmax.jsm_norm); each
   halves the bracket [p_(2), p_(1)], so 100 steps reach float64's last bit on any bracket of width <= 1.
 
@@ -166,6 +170,8 @@ PGD_RESTARTS = 4
 RANDOM_SEARCH_SAMPLES = 64
 PAPER_ESTIMATOR_ITERS = 50
 JSM_BISECTION_STEPS = 100
+ANALYZE_EPS = 1e-2
+ANALYZE_PGD_STEPS = 20
 
 # ---- mixed precision and rounding -------------------------------------------------------------------------------
 MIXED_TOL = 1e-5

@@ -94,6 +94,29 @@ def test_analyze_options_validate_once_and_keywords_override():
         AnalyzeOptions.make({"eps": 0.1})
 
 
+def test_analyze_eps_and_pgd_steps_are_declared_once_and_checked_once(monkeypatch, tmp_path):
+    """The command's defaults are AnalyzeOptions' (read from settings); the command checks eps and PGD steps once,
+    by building the options it hands to analyze()."""
+    from harness.analyze import cli, core, validate
+
+    p = cli.parser()
+    assert p.get_default("eps") == AnalyzeOptions().eps == S.ANALYZE_EPS
+    assert p.get_default("pgd_steps") == AnalyzeOptions().pgd_steps == S.ANALYZE_PGD_STEPS
+    calls, seen = [], {}
+    real = validate.check_numbers
+    monkeypatch.setattr(validate, "check_numbers", lambda *a, **k: calls.append(a[:2]) or real(*a, **k))
+
+    def stop(model, inputs, options=None, **kw):
+        seen.update(options=options, kw=kw)
+        raise ValueError("stopped before computing")
+
+    monkeypatch.setattr(core, "analyze", stop)
+    assert cli.main(["--model", "tiny-bert", "--text", "The cat sat.", "--eps", "0.05", "--pgd-steps", "3",
+                     "--threads", "1", "--no-progress"]) == 2
+    assert calls == [(0.05, 3)] and (seen["options"].eps, seen["options"].pgd_steps) == (0.05, 3)
+    assert not {"eps", "pgd_steps", "dtype", "seed"} & set(seen["kw"])
+
+
 def test_analyze_refuses_a_bad_option_before_loading_anything(monkeypatch):
     from harness.analyze import core
 
