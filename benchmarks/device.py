@@ -4,11 +4,11 @@
 
 Every quantity the registry computes at one input (||M_l|| of every head, zeta, the exact local constant of the
 layer and of each head, and every registered bound, `registry.evaluate`) on random weights (std 1/sqrt(d)) and
-unit-norm tokens, the sizes of benchmarks.bench_kernels. Three runs of each size: CPU float64 (the reference),
+unit-norm tokens, the sizes of benchmarks.cases. Three runs of each size: CPU float64 (the reference),
 the device in float64, the device in float32. Reported per size and run: the median wall time of `repeats`
 calls after one warm-up (device work synchronized before the clock stops) and the largest relative difference
 of any value from the CPU float64 one. At the smallest size the CPU values are also checked against the dense
-float64 matrices (benchmarks.bench_kernels' dense routes). Prints a markdown table; `--out` also writes it.
+float64 matrices (benchmarks.cases' dense routes). Prints a markdown table; `--out` also writes it.
 
 The kernels follow the input's device; nothing here is specific to CUDA beyond `torch.cuda.synchronize`.
 """
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from benchmarks.bench_kernels import SIZES, case, dense_m, dense_zeta
+from benchmarks.cases import SIZES, case, dense_m, dense_zeta
 from benchmarks.timing import cpu_name
 from harness.bounds import lofast as L
 from harness.bounds import registry as R

@@ -49,7 +49,7 @@ def floor_report(sizes, repeats: int) -> str:
     products on top: docs/notes/kernels.md, "Mixed precision"). A speed target above them cannot be met with these
     products on this machine. At n = 32 ours runs the NumPy solver (harness.kernels.small), with its own products of
     the same arithmetic; a batch size (`batch`) runs every input's operator in one batch, ARPACK input by input."""
-    from benchmarks.bench_kernels import SIZES as KS, arpack_zeta, case as kcase
+    from benchmarks.cases import SIZES as KS, arpack_zeta, case as kcase
     from harness.bounds.lofast_ops import prepare, stable_probs
     from harness.kernels.operators import ZetaGram
 

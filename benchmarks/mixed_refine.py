@@ -1,7 +1,7 @@
 """Mixed precision at tol 1e-10: a measured prototype (docs/notes/kernels.md "Mixed precision at tol 1e-10").
 
 `python -m benchmarks.mixed_refine [--sizes mid,vitb] [--tol32 1e-5] [--threads 2] [--repeats 3]`: zeta and
-||M_l|| (all heads) at each size of benchmarks.bench_kernels, float64 (lofast's default route) against a prototype
+||M_l|| (all heads) at each size of benchmarks.cases, float64 (lofast's default route) against a prototype
 of float64 results from float32 iterations:
 1. float32 Lanczos from the seeded Gaussian start to --tol32 (as `mixed=True` does);
 2. Lanczos from its Ritz vector with float64 vectors and orthogonalization, the first product in float64 (the
@@ -20,7 +20,7 @@ import contextlib
 
 import torch
 
-from benchmarks.bench_kernels import case
+from benchmarks.cases import case
 from benchmarks.timing import machine, measure_alternating, set_threads
 from harness.bounds import lofast
 from harness.kernels import mixed
@@ -107,7 +107,7 @@ def compare(size: str, tol32: float = 1e-5, repeats: int = 3, tol: float = 1e-10
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="mid,vitb", help="benchmarks.bench_kernels sizes (default mid,vitb)")
+    ap.add_argument("--sizes", default="mid,vitb", help="benchmarks.cases sizes (default mid,vitb)")
     ap.add_argument("--tol32", type=float, default=1e-5, help="where the float32 phase stops (default 1e-5)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)

@@ -119,7 +119,7 @@ def rows_large(scale: str, repeats: int, threads: int):
 
 def kernels_rows(sizes, repeats: int):
     """The kernel measurements (see module docstring): a dict per size and quantity."""
-    from benchmarks.bench_kernels import BATCH, DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
+    from benchmarks.cases import BATCH, DENSE, METHODS, SIZES as KS, case as kcase, rel_diff
 
     rows = []
     for size in sizes:

@@ -56,7 +56,7 @@ def child(threads, late: str, repeats: int, layers, tokens: int) -> dict:
     if threads and threads != "policy":
         torch.set_num_threads(int(threads))
     from benchmarks.bench_analyze import alice_text
-    from benchmarks.bench_kernels import case
+    from benchmarks.cases import case
     from harness.analyze.core import analyze
     from harness.bounds import lofast as L
 

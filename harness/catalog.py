@@ -27,27 +27,24 @@ Extensions (compatible): `grid` may also be a list of dicts (union of sub-grids,
 `quick`/`test` then override the keys of every sub-grid holding them (a list replaces the grid outright).
 `raise MissingData("...")` from run() when an optional input (shared data, weights) is absent: the smoke
 test turns it into a skip and the runner reports the cell as skipped-missing-data (still a failure exit).
-Extra experiment modules outside `experiments/` load from $ATTNLIP_EXPERIMENTS_PATH (files or directories,
-os.pathsep-separated).
+Discovery (importing every module of the `experiments` package, and the files or folders named by
+$ATTNLIP_EXPERIMENTS_PATH, os.pathsep-separated) is harness.run.discovery, beside the runner: this module is the
+registry the experiments import, and imports none of them.
 """
 from __future__ import annotations
 
 import fnmatch
 import importlib
-import importlib.util
-import os
-import pkgutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 _REGISTRY: Dict[str, "Experiment"] = {}
-_LOADED = False
 
 # The values a grid parameter can take, by name, for every experiment using that name (one name, one meaning); an
-# experiment's `ranges` adds or overrides entries. "--set" values outside are refused when the run is planned, with
-# the range, instead of failing inside a cell. ">=1": a whole count; ">0": a positive size or scale; for list
+# experiment's `ranges` adds or overrides entries (a name whose range depends on the experiment, like a grid's
+# resolution, is declared there only). "--set" values are typed and checked against these once, when the run is
+# planned (harness.run.plan.typed_overrides), with the range, instead of failing inside a cell. ">=1": a whole count; ">0": a positive size or scale; for list
 # parameters (eps values, l2 radii) the rule applies to each element.
 PARAM_RANGES: Dict[str, str] = {
     **dict.fromkeys(("n", "count", "heads", "points", "samples", "test_size", "train_size", "vit_d", "vit_depth",
@@ -57,7 +54,6 @@ PARAM_RANGES: Dict[str, str] = {
                      "rel_sizes"), ">=0"),
     **dict.fromkeys(("lr", "temperature", "extent", "r_min", "r_max", "gr2_min", "gr2_max", "settle", "input_scale",
                      "x_scale", "radius_factor", "vo_norm", "l2", "linf_255"), ">0"),
-    "resolution": ">=2",
 }
 
 
@@ -252,105 +248,16 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def load_module_file(path) -> Any:
-    """Import a Python file as a module (named after its stem, prefixed) so its experiments register.
-
-    Re-executes it when the file content changed since the last load (its experiments re-register)."""
-    import hashlib
-
-    path = Path(path).resolve()
-    modname = f"_attnlip_ext_{path.stem}"
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    mod = sys.modules.get(modname)
-    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == path and \
-            getattr(mod, "__attnlip_digest__", None) == digest:
-        return mod
-    spec = importlib.util.spec_from_file_location(modname, path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"cannot import experiment module file {path}")
-    mod = importlib.util.module_from_spec(spec)
-    mod.__attnlip_digest__ = digest
-    sys.modules[modname] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        sys.modules.pop(modname, None)
-        raise
-    return mod
-
-
-def _extra_paths() -> List[Path]:
-    out: List[Path] = []
-    for part in filter(None, os.environ.get("ATTNLIP_EXPERIMENTS_PATH", "").split(os.pathsep)):
-        p = Path(part)
-        if p.is_dir():
-            out += sorted(f for f in p.glob("*.py") if not f.name.startswith("_"))
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise ValueError(f"ATTNLIP_EXPERIMENTS_PATH entry {p} does not exist: name experiment module files or "
-                             f"folders of them (separated by {os.pathsep!r}), or unset it")
-    return out
-
-
-def experiment_modules() -> List[str]:
-    """The modules of the `experiments` package that may declare experiments: every module of every family
-    package (experiments/<family>/*.py) and the package's own top-level modules, except `figures` packages
-    (presentation: they read result tables only) and names starting with '_'."""
-    import experiments
-
-    out = []
-    for m in pkgutil.walk_packages(experiments.__path__, "experiments."):
-        parts = m.name.split(".")[1:]
-        if m.ispkg or "figures" in parts or any(p.startswith("_") for p in parts):
-            continue
-        out.append(m.name)
-    return sorted(out)
-
-
-def load_all() -> None:
-    """Import every module of the `experiments` package (and $ATTNLIP_EXPERIMENTS_PATH) so experiments register."""
-    global _LOADED
-    if _LOADED:
-        return
-    for name in experiment_modules():
-        _guarded(name, lambda: importlib.import_module(name))
-    for f in _extra_paths():
-        _guarded(str(f), lambda: load_module_file(f))
-    _LOADED = True
-
-
-_IMPORT_ERRORS: Dict[str, str] = {}
-
-
-def _guarded(what: str, load: Callable[[], Any]) -> None:
-    """Import one experiment module; a broken one is recorded (import_errors()) and warned, not fatal."""
-    import traceback
-    import warnings
-
-    try:
-        load()
-    except Exception as e:  # noqa: BLE001 - one broken module must not hide the others
-        _IMPORT_ERRORS[what] = "".join(traceback.format_exception(e))
-        warnings.warn(f"experiment module {what} failed to import: {e.__class__.__name__}: {e}")
-
-
-def import_errors() -> Dict[str, str]:
-    """{module: traceback} of experiment modules that failed to import in load_all()."""
-    load_all()
-    return dict(_IMPORT_ERRORS)
-
-
 def list_experiments(pattern: str = "*") -> List[str]:
-    """Names of registered experiments matching a glob pattern, sorted."""
-    load_all()
+    """Names of the registered experiments matching a glob pattern, sorted. Registered: imported so far; the
+    experiments package and $ATTNLIP_EXPERIMENTS_PATH are imported by harness.run.discovery (whose
+    list_experiments loads them first)."""
     return sorted(n for n in _REGISTRY if fnmatch.fnmatchcase(n, pattern))
 
 
 def get_experiment(name: str) -> Experiment:
-    """The registered experiment `name`; a clear error listing close names otherwise."""
-    if name not in _REGISTRY:
-        load_all()
+    """The registered experiment `name`; a KeyError naming close names otherwise (harness.run.discovery's
+    get_experiment imports the experiment modules first)."""
     if name not in _REGISTRY:
         import difflib
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import config as _config, grid as _grid, lockfile as _lockfile, catalog as _catalog, run as _runner, settings
-from .run import costs as _costs, fetch as _fetch, preflight as _preflight, substitutes as _substitutes
+from .run import costs as _costs, discovery as _discovery, fetch as _fetch, preflight as _preflight
+from .run import substitutes as _substitutes
 from .store.codehash import REPO_ROOT
 from .run.executors import ClusterUnavailable
 from .progress import progress_bars_silenced
@@ -163,7 +164,7 @@ def cmd_list(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> None:
     out(f"\ndatasets, models and tokenizers these experiments read ({cfg.scale} scale):")
     for line in _fetch.inventory_lines(list(names), [cfg.scale]):
         out("  " + line)
-    errs = _catalog.import_errors()
+    errs = _discovery.import_errors()
     for mod, tb in errs.items():
         out(f"warning: experiment module {mod} failed to import: {tb.strip().splitlines()[-1]}")
 
@@ -227,7 +228,7 @@ def cmd_render(names: Sequence[str], cfg: _runner.RunConfig, out=print) -> int:
         if table is None or man is None:
             out(f"{n}: no committed table in {outdir}: nothing to render")
             continue
-        exp = _catalog.get_experiment(n)
+        exp = _discovery.get_experiment(n)
         try:
             figs = render_figures(exp, table, outdir)
             man["figures"], man["figures_ref"] = figs, list(exp.figures_ref)  # presentation, both

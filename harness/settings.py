@@ -64,6 +64,28 @@ Algorithm choices by size
   the value by its relative eps and needs about as many products as the space has dimensions at this size).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
   a random start (it may have been orthogonal to the top singular vector).
+- `SMALL_MAX_BATCH` = 8: operators per call up to which kernels.small's NumPy Lanczos takes a small problem; above
+  it the batched torch solver amortizes its dispatch over the batch (docs/notes/kernels.md).
+
+Iteration budgets (defaults of the kernels' keyword arguments; a caller may pass its own)
+- `ITERS` = 2000: the product cap of an iterative norm (power / Lanczos on J^T J or a Gram operator). Every
+  measured convergence takes tens of products (see truth_tol above); the cap only ends a run that cannot converge,
+  which then reports converged=False instead of running on.
+- `KRYLOV` = 40: the Lanczos basis size of the solvers that restart (kernels.power, kernels.small): enough for the
+  top singular value of the attention operators in one or two cycles, small enough to stay in cache.
+- `CHECK_EVERY` = 3, `MIN_STEPS` = 1: the NumPy Lanczos (kernels.small) tests its residual every third step after
+  at least one, as the torch solver does (kernels.krylov), so both stop at the same product counts.
+- `PGD_STEPS` = 50, `PGD_RESTARTS` = 4: projected gradient ascent's steps and random restarts (kernels.pgd); the
+  lower bounds it gives move by well under 1 % beyond 50 steps on the studied layers. `RANDOM_SEARCH_SAMPLES` = 64:
+  random points on the sphere of kernels.pgd.random_search_maximize.
+- `PAPER_ESTIMATOR_ITERS` = 50: the power iterations of Castin et al.'s public estimator (kernels.power
+  .paper_estimator), kept at their code's count to quantify its bias as published.
+- `ANALYZE_EPS` = 1e-2, `ANALYZE_PGD_STEPS` = 20: `attnlip analyze`'s (and analyze()'s) radius of Theorem 1's
+  delta and of PGD, and PGD's steps: a ball of 1 % of a unit-norm token's length, small enough that the
+  certificates stay within a few times the local constant and large enough that PGD moves; 20 steps bring PGD's
+  lower bound within a percent of 200 steps' on the studied layers.
+- `JSM_BISECTION_STEPS` = 100: bisection steps of the exact softmax-Jacobian norm (kernels.softmax.jsm_norm); each
+  halves the bracket [p_(2), p_(1)], so 100 steps reach float64's last bit on any bracket of width <= 1.
 
 Mixed precision (float64 results from float32 iterations, bounds.lofast's mixed=True)
 - `MIXED_TOL` = 1e-5: where the float32 phase stops (float32's own norm tolerance); float64 Lanczos from its
@@ -140,6 +162,20 @@ WORKSPACE_BYTES = 2 * KRYLOV_BYTES
 DENSE_MAX = 384
 CERT_DENSE_MAX = 1024
 SUSPICIOUS_STEPS = 2
+SMALL_MAX_BATCH = 8
+
+# ---- iteration budgets ------------------------------------------------------------------------------------------
+ITERS = 2000
+KRYLOV = 40
+CHECK_EVERY = 3
+MIN_STEPS = 1
+PGD_STEPS = 50
+PGD_RESTARTS = 4
+RANDOM_SEARCH_SAMPLES = 64
+PAPER_ESTIMATOR_ITERS = 50
+JSM_BISECTION_STEPS = 100
+ANALYZE_EPS = 1e-2
+ANALYZE_PGD_STEPS = 20
 
 # ---- mixed precision and rounding -------------------------------------------------------------------------------
 MIXED_TOL = 1e-5

@@ -103,6 +103,7 @@ def registered_fakes(tmp_path, monkeypatch, stem):
     import sys
 
     from harness import catalog
+    from harness.run import discovery
 
     mod = write_fake(tmp_path / f"{stem}.py")
     counter = tmp_path / "counter.txt"
@@ -110,8 +111,8 @@ def registered_fakes(tmp_path, monkeypatch, stem):
     monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
     for k in TEST_ENV:
         monkeypatch.delenv(k, raising=False)
-    catalog.load_all()
-    catalog.load_module_file(mod)
+    discovery.load_all()
+    discovery.load_module_file(mod)
     yield mod, counter
     for n in FAKE_NAMES:
         catalog.unregister(n)
@@ -124,14 +125,15 @@ def registered_reader(tmp_path, monkeypatch, mirror, stem, source, name):
     import sys
 
     from harness import catalog
+    from harness.run import discovery
 
     monkeypatch.setenv("ATTNLIP_DATA", str(mirror))
     monkeypatch.setenv("NLTK_DATA", str(tmp_path / "no-nltk"))
     monkeypatch.setenv("ATTNLIP_OFFLINE", "1")
     mod = tmp_path / f"{stem}.py"
     mod.write_text(source)
-    catalog.load_all()
-    catalog.load_module_file(mod)
+    discovery.load_all()
+    discovery.load_module_file(mod)
     yield
     catalog.unregister(name)
     sys.modules.pop(f"_attnlip_ext_{stem}", None)

@@ -17,6 +17,12 @@ from harness import config as _config
 PINNED = _config.portable_numerics()
 TORCH_LOADED_BEFORE_PIN = _config.torch_already_loaded()
 
+# Every experiment registers before a test module reads the registry (harness.catalog lists what is imported;
+# harness.run.discovery imports the experiments package and $ATTNLIP_EXPERIMENTS_PATH).
+from harness.run import discovery as _discovery  # noqa: E402
+
+_discovery.load_all()
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "ATTNLIP_OFFLINE"):
     os.environ.setdefault(_k, "1")

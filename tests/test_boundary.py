@@ -83,10 +83,11 @@ SCRIPT = r'''
 import json, sys
 from pathlib import Path
 from harness import catalog
+from harness.run import discovery
 from harness.store import codehash
 
 assert Path(codehash.__file__).resolve().is_relative_to(Path.cwd().resolve()), codehash.__file__
-catalog.load_all()
+discovery.load_all()
 names = catalog.list_experiments()
 
 def hashes():

@@ -127,8 +127,15 @@ def test_decoder_forward_restores_flag():
     assert not m.config.is_decoder
 
 
-CASTIN = ["castin_sqrt_n", "castin_sqrt_n_adversarial", "castin_sqrt_n_block", "castin_gamma", "castin_magnitude",
-          "castin_radius_quadratic", "castin_radius_large", "castin_radius_edge", "mass_splitting"]
+def _family(name: str) -> list:
+    """The registered experiments of one family package (experiments/<name>/), read from the catalog."""
+    from harness import catalog
+
+    return [n for n in catalog.list_experiments()
+            if type(catalog.get_experiment(n)).__module__.startswith(f"experiments.{name}.")]
+
+
+CASTIN = _family("castin")
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from harness import cli, catalog
+from harness.run import discovery
 from harness import run as runner
 from harness.errors import UnsupportedContext
 from harness.store import codehash
@@ -211,11 +212,11 @@ def test_editing_compute_recomputes_editing_figures_does_not(fake, tmp_path):
     assert runner.run(["_fake_squares"], cfg, **quiet)[0].computed == 6
     write_fake(fake, replace=[('ax.plot(table["n"], table["value"], "o")', 'ax.plot(table["n"], table["value"], "s")'),
                               ('return f"max value', 'return f"largest value')])
-    catalog.load_module_file(fake)
+    discovery.load_module_file(fake)
     r = runner.run(["_fake_squares"], cfg, **quiet)[0]
     assert (r.computed, r.cached) == (0, 6)
     write_fake(fake, replace=[('"value": cell["n"] ** 2 * cell["mult"]', '"value": cell["n"] ** 2 * cell["mult"] + 0')])
-    catalog.load_module_file(fake)
+    discovery.load_module_file(fake)
     assert runner.run(["_fake_squares"], cfg, **quiet)[0].computed == 6
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from harness import catalog
+from harness.run import discovery
 from harness import run as runner
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "notes" / "harness.md"
@@ -24,7 +25,7 @@ def _example() -> str:
 def test_the_documented_experiment_runs_as_written(tmp_path, dtype):
     f = tmp_path / "my_softmax_rows.py"
     f.write_text(_example())
-    catalog.load_module_file(f)
+    discovery.load_module_file(f)
     try:
         exp = catalog.get_experiment("my_softmax_rows")
         assert exp.figures_ref and exp.cells("test") == [{"n": 4, "count": 10}]

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from harness import catalog
+from harness.run import discovery
 from harness import run as runner
 
 NAMES = catalog.list_experiments()
@@ -15,7 +16,7 @@ SCHEMA = {"experiment", "cell", "seed", "device", "dtype"}
 
 
 def test_experiment_modules_import():
-    assert catalog.import_errors() == {}, "\n".join(catalog.import_errors().values())
+    assert discovery.import_errors() == {}, "\n".join(discovery.import_errors().values())
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -67,8 +67,9 @@ def _committed(name: str) -> pd.DataFrame:
     if not path.is_file():
         pytest.skip("no committed table")
     from harness import catalog
+    from harness.run import discovery
 
-    catalog.load_all()
+    discovery.load_all()
     return pd.read_parquet(path)
 
 

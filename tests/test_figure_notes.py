@@ -8,6 +8,7 @@ import pytest
 
 from experiments.figures import common as common_figures
 from harness import catalog
+from harness.run import discovery
 from harness.run import substitutes
 
 from tests.test_figures import substitute_problems
@@ -106,13 +107,14 @@ def test_sections_carry_a_verdict_computed_from_the_committed_table(name):
     import pandas as pd
 
     from harness import catalog
+    from harness.run import discovery
     from harness.store.codehash import REPO_ROOT
 
     folder = next((f for f in (REPO_ROOT / "results" / name, REPO_ROOT / "results" / "quick" / name)
                    if (f / "table.parquet").is_file()), None)
     if folder is None:
         pytest.skip("no committed table")
-    catalog.load_all()
+    discovery.load_all()
     text = catalog.get_experiment(name).summary(pd.read_parquet(folder / "table.parquet"))
     assert "Verdict" in text and "**" in text.split("Verdict", 1)[1], text[-500:]
 

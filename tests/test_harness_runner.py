@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from harness import cli, catalog
+from harness.run import discovery
 from harness import run as runner
 from harness.store import atomic, cells, codehash, keys
 from tests._harness_fakes import write_fake
@@ -30,8 +31,8 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLIP_TEST_COUNTER", str(counter))
     for k in ("ATTNLIP_TEST_SLEEP", "ATTNLIP_TEST_FAIL", "ATTNLIP_TEST_MISSING"):
         monkeypatch.delenv(k, raising=False)
-    catalog.load_all()
-    catalog.load_module_file(mod)
+    discovery.load_all()
+    discovery.load_module_file(mod)
 
     class F:
         module = mod

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from harness import catalog, cli
+from harness.run import discovery
 from harness.bounds import registry as bounds
 
 EXP = '''
@@ -61,8 +62,8 @@ def board(tmp_path, monkeypatch):
     exp.write_text(EXP)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    catalog.load_all()
-    catalog.load_module_file(exp)
+    discovery.load_all()
+    discovery.load_module_file(exp)
     yield tmp_path
     catalog.unregister("_fake_board")
     for n in ("my_loose", "my_zero", "my_nan"):

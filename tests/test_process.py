@@ -94,10 +94,11 @@ RUNNER = """
 import json, sys
 from pathlib import Path
 from harness import process, catalog
+from harness.run import discovery
 from harness import run as runner
 if sys.argv[2] == "no-trim":
     process.release_freed_memory = lambda: False
-catalog.load_module_file(sys.argv[1])
+discovery.load_module_file(sys.argv[1])
 root = Path(sys.argv[3])
 cfg = runner.RunConfig(scale="full", results_dir=root, cache_dir=root / "cache", executor="serial", progress=False,
                        figures=False)

@@ -222,6 +222,7 @@ def test_render_refreshes_what_the_figures_reproduce(tmp_path, capsys):
     """figures_ref is presentation, like the figures: --render writes the experiment's current references into the
     manifest (and so the README), without touching the table."""
     from harness import catalog
+    from harness.run import discovery
 
     n = "castin_gamma"
     if not (RESULTS / "quick" / n).is_dir():
@@ -234,7 +235,7 @@ def test_render_refreshes_what_the_figures_reproduce(tmp_path, capsys):
     man_path.write_text(json.dumps(man, indent=1) + "\n")
     code, out = _run(["--render", "--quick", "--results-dir", str(root), n], capsys)
     assert code == 0, out
-    catalog.load_all()
+    discovery.load_all()
     assert json.loads(man_path.read_text())["figures_ref"] == list(catalog.get_experiment(n).figures_ref)
     assert "a stale reference" not in (root / "quick" / "README.md").read_text()
     assert (root / "quick" / n / "table.parquet").read_bytes() == (RESULTS / "quick" / n / "table.parquet").read_bytes()

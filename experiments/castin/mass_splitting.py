@@ -35,6 +35,7 @@ class MassSplitting(Experiment):
     paired = [("a", "b")]  # masses p = a / (a + b)
     quick = {"a": [1, 1, 1], "b": [1, 2, 4], "resolution": [81]}
     test = {"a": [1, 1], "b": [1, 2], "resolution": [9]}
+    ranges = {"resolution": ">=2"}  # grid points per axis of the phase map: both ends of [-extent, extent]
     # --scale paper: arXiv v1 Fig. 2 is a phase map of the two-mass configuration with no stated resolution; the
     # full grid (161 x 161, masses 1/2 .. 4/5) is its setting here
     paper = grid

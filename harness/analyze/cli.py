@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from harness.analyze import validate
-from harness.analyze.options import ANALYZE_DTYPES
+from harness.analyze.options import ANALYZE_DTYPES, AnalyzeOptions
 from harness.errors import MissingData
 from harness.plugins import TIMEOUT_ENV, TIMEOUT_S
 
@@ -47,13 +47,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float64", choices=list(ANALYZE_DTYPES))
     p.add_argument("--no-mixed", action="store_true", help="float64: iterate the truths in float64 throughout "
                    "(default: float32 iterations refined in float64, the same float64 values; docs/math.md §4)")
-    p.add_argument("--eps", type=float, default=1e-2, help="radius >= 0 of Theorem 1's delta and PGD (0: skip "
-                                                           "them)")
+    p.add_argument("--eps", type=float, default=AnalyzeOptions.eps,
+                   help=f"radius >= 0 of Theorem 1's delta and PGD (default {AnalyzeOptions.eps:g}; 0: skip them)")
     p.add_argument("--bound", action="append", default=[], metavar="MODULE:FUNCTION",
                    help="a plug-in bound f(X, w[, causal]) -> per-head (..., h) values (repeatable; each call "
                         f"may take ${TIMEOUT_ENV} s, default {TIMEOUT_S:g})")
     p.add_argument("--methods", default=None, help="comma-separated registry bounds to evaluate (default all)")
-    p.add_argument("--pgd-steps", type=int, default=20, help="PGD steps >= 0 (0: skip PGD)")
+    p.add_argument("--pgd-steps", type=int, default=AnalyzeOptions.pgd_steps,
+                   help=f"PGD steps >= 0 (default {AnalyzeOptions.pgd_steps}; 0: skip PGD)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random starts, PGD and the dataset rows drawn "
                                                        "(0 to 2**63 - 1)")
     p.add_argument("--threads", type=int, default=None,
@@ -253,6 +254,8 @@ def _analysis(a) -> int:
         check_pgd_steps(a.pgd_steps)
         check_seed(a.seed)
         validate.check_options(a)
+        options = AnalyzeOptions(dtype=a.dtype, device=a.device, eps=a.eps, pgd_steps=a.pgd_steps, seed=a.seed,
+                                 mixed=not a.no_mixed)  # the computing options, checked here once
         check_out(a.out)
         check_model_folder(a.model)
         layers = None if a.layers is None else validate.parse_layers(a.layers)
@@ -260,9 +263,8 @@ def _analysis(a) -> int:
         inputs = _inputs(a, a.model, a.device)
         tm = {}
         t0 = time.perf_counter()
-        df = core.analyze(a.model, inputs, layers=layers, dtype=a.dtype, device=a.device, eps=a.eps,
-                          methods=methods, bounds=a.bound, max_tokens=a.max_tokens, pgd_steps=a.pgd_steps,
-                          seed=a.seed, mixed=not a.no_mixed, progress=not a.no_progress, timings=tm,
+        df = core.analyze(a.model, inputs, options, layers=layers, methods=methods, bounds=a.bound,
+                          max_tokens=a.max_tokens, progress=not a.no_progress, timings=tm,
                           default_max_tokens=validate.DEFAULT_MAX_TOKENS)
     except (MissingData, ValueError, ImportError, AttributeError, OSError) as e:  # user input, not a bug
         print(f"attnlip analyze: error: {e}", file=sys.stderr)

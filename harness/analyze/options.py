@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from harness.analyze import validate
-from harness.settings import CERTIFY_STEPS, REPORT_FAIL_PROB, dtype_name, torch_dtype
+from harness.settings import (ANALYZE_EPS, ANALYZE_PGD_STEPS, CERTIFY_STEPS, ITERS, REPORT_FAIL_PROB, dtype_name,
+                              torch_dtype)
+
+if TYPE_CHECKING:  # torch_dtype loads it: the CLI's parser and checks answer without it
+    import torch
 
 ANALYZE_DTYPES = ("float64", "float32")  # the kernels' compute dtypes (harness.settings.COMPUTE_DTYPES) by name
 
@@ -30,12 +32,12 @@ class AnalyzeOptions:
 
     dtype: str = "float64"
     device: str = "cpu"
-    eps: float = 1e-2
-    pgd_steps: int = 20
+    eps: float = ANALYZE_EPS
+    pgd_steps: int = ANALYZE_PGD_STEPS
     pgd_restarts: int = 1
     fail_prob: float = REPORT_FAIL_PROB
     tol: Optional[float] = None
-    iters: int = 2000
+    iters: int = ITERS
     certify_steps: int = CERTIFY_STEPS
     seed: int = 0
     mixed: bool = True

@@ -11,9 +11,13 @@ from __future__ import annotations
 import math
 import operator
 import unicodedata
-from typing import Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
-import torch
+from harness.settings import ANALYZE_EPS, ANALYZE_PGD_STEPS
+
+if TYPE_CHECKING:  # torch loads where a check needs it: --help and the option checks answer without it
+    import torch
+
 
 DEFAULT_MAX_TOKENS = 128  # the CLI's --max-tokens when not given (capped at the model's positions)
 MIN_VOCAB_SHARE = 0.5  # a tokenizer knowing fewer tokens than this share of the embedding rows is not the model's
@@ -55,13 +59,19 @@ MAX_EPS = 1e6
 
 def check_numbers(eps: float, pgd_steps: int, samples: Optional[int] = None, max_tokens: Optional[int] = None
                   ) -> None:
-    """Ranges of the numeric options: 0 <= eps <= MAX_EPS, pgd_steps >= 0, samples >= 1, max_tokens >= 2."""
+    """Ranges of the numeric options: 0 <= eps <= MAX_EPS, pgd_steps >= 0 (AnalyzeOptions, once), samples >= 1,
+    max_tokens >= 2 (check_counts)."""
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and 0 <= eps <= MAX_EPS):
         raise UsageError("--eps", f"the radius must be a number in [0, {MAX_EPS:g}], got {eps}",
-                         "pass --eps 0.01 (the default), or --eps 0 to skip Theorem 1's delta and PGD")
+                         f"pass --eps {ANALYZE_EPS:g} (the default), or --eps 0 to skip Theorem 1's delta and PGD")
     if pgd_steps < 0:
         raise UsageError("--pgd-steps", f"the number of PGD steps must be >= 0, got {pgd_steps}",
-                         "pass --pgd-steps 20 (the default), or --pgd-steps 0 to skip PGD")
+                         f"pass --pgd-steps {ANALYZE_PGD_STEPS} (the default), or --pgd-steps 0 to skip PGD")
+    check_counts(samples, max_tokens)
+
+
+def check_counts(samples: Optional[int] = None, max_tokens: Optional[int] = None) -> None:
+    """samples >= 1 and max_tokens >= 2 (None: not given)."""
     if samples is not None and samples < 1:
         raise UsageError("--samples", f"the number of inputs to analyze must be >= 1, got {samples}",
                          "pass --samples K with K >= 1, or leave it out to analyze every text given")
@@ -72,6 +82,8 @@ def check_numbers(eps: float, pgd_steps: int, samples: Optional[int] = None, max
 
 def check_device(device) -> torch.device:
     """torch.device(device) if this machine can run on it; a UsageError naming --device otherwise."""
+    import torch
+
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
@@ -119,6 +131,8 @@ def check_texts(texts: Sequence[str], option: str, where: str = "") -> None:
 def real_tokens(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], tokenizer) -> torch.Tensor:
     """Bool mask of the text's own tokens: not padding, not one of the tokenizer's special tokens ([UNK] counts as
     the text's)."""
+    import torch
+
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     unk = getattr(tokenizer, "unk_token_id", None)
     specials = [i for i in getattr(tokenizer, "all_special_ids", []) if i != unk]
@@ -141,7 +155,7 @@ def check_real_tokens(input_ids: torch.Tensor, attention_mask: Optional[torch.Te
 
 def check_options(a) -> None:
     """Every check that needs only the parsed command line (argparse namespace of harness.analyze.cli)."""
-    check_numbers(a.eps, a.pgd_steps, a.samples, a.max_tokens)
+    check_counts(a.samples, a.max_tokens)  # eps and pgd_steps: AnalyzeOptions, built from the same arguments
     check_device(a.device)
     if a.text is not None:
         check_texts(a.text, "--text")

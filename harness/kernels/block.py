@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.settings import truth_tol
+from harness.settings import ITERS, truth_tol
 
 from .attention import AttentionWeights, attention_unchecked, check_input
 from .power import PowerResult, top_singular_value
@@ -42,7 +42,7 @@ def block_operator(F: Callable[[Tensor], Tensor], X: Tensor):
 
 
 def block_lipschitz(F: Callable[[Tensor], Tensor], X: Tensor, d: int, tol: Optional[float] = None,
-                    iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, operator=None) -> PowerResult:
+                    iters: int = ITERS, seed: int = 0, v0: Optional[Tensor] = None, operator=None) -> PowerResult:
     """||J_F(X)|| per sequence of X (..., n, d): Lanczos on J^T J (PowerResult, values (...,)); non-convergence is
     not raised (read `.converged`). tol=None: harness.settings.truth_tol (the truth's tolerance). operator: block_operator(F, X)
     when the caller already has it (one forward pass serves the norm, the paper's value and F(X))."""

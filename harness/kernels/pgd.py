@@ -7,6 +7,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from harness.kernels.linalg import all_finite
+from harness.settings import PGD_RESTARTS, PGD_STEPS, RANDOM_SEARCH_SAMPLES
 
 Tensor = torch.Tensor
 
@@ -33,9 +34,9 @@ def project_ball(delta: Tensor, eps: Tensor, event_dims: int) -> Tensor:
     return delta * _bc(scale, event_dims)
 
 
-def pgd_maximize(objective: Callable[[Tensor], Tensor], X0: Tensor, eps: Union[float, Tensor], steps: int = 50,
-                 restarts: int = 4, step_size: Optional[float] = None, batch_dims: Optional[int] = None,
-                 seed: int = 0, include_center: bool = True) -> PGDResult:
+def pgd_maximize(objective: Callable[[Tensor], Tensor], X0: Tensor, eps: Union[float, Tensor],
+                 steps: int = PGD_STEPS, restarts: int = PGD_RESTARTS, step_size: Optional[float] = None,
+                 batch_dims: Optional[int] = None, seed: int = 0, include_center: bool = True) -> PGDResult:
     """Maximize objective(X) over ||X - X0||_F <= eps by normalized-gradient ascent with projection.
 
     objective: (*batch, *event) -> (*batch,), each batch element independent. eps: scalar or (*batch,).
@@ -93,7 +94,8 @@ def pgd_maximize(objective: Callable[[Tensor], Tensor], X0: Tensor, eps: Union[f
 
 
 def random_search_maximize(objective: Callable[[Tensor], Tensor], X0: Tensor, eps: Union[float, Tensor],
-                           samples: int = 64, batch_dims: Optional[int] = None, seed: int = 0) -> Tensor:
+                           samples: int = RANDOM_SEARCH_SAMPLES, batch_dims: Optional[int] = None,
+                           seed: int = 0) -> Tensor:
     """Best objective over random points on the eps-sphere around X0 (a sampled lower bound): (*batch,)."""
     if batch_dims is None:
         batch_dims = max(X0.dim() - 2, 0)

@@ -14,7 +14,7 @@ import torch
 
 from harness.kernels.krylov import CallableGram, lanczos
 from harness.kernels.linalg import all_finite, safe_norm
-from harness.settings import SUSPICIOUS_STEPS, norm_tol
+from harness.settings import ITERS, KRYLOV, PAPER_ESTIMATOR_ITERS, SUSPICIOUS_STEPS, norm_tol
 
 Tensor = torch.Tensor
 
@@ -86,8 +86,8 @@ def default_tol(dtype) -> float:
 
 
 def top_singular_value(matvec: Callable[[Tensor], Tensor], rmatvec: Callable[[Tensor], Tensor], v0: Tensor,
-                       event_dims: int, iters: int = 2000, tol: Optional[float] = None,
-                       on_nonconvergence: str = "warn", method: str = "lanczos", krylov: int = 40,
+                       event_dims: int, iters: int = ITERS, tol: Optional[float] = None,
+                       on_nonconvergence: str = "warn", method: str = "lanczos", krylov: int = KRYLOV,
                        random_start: bool = False, fail_prob: Optional[float] = None, seed: int = 0,
                        ) -> PowerResult:
     """sigma_max of a batched matrix-free operator A from matvec/rmatvec only (A^T A is never formed).
@@ -197,7 +197,7 @@ def operator_norm(matvec, rmatvec, shape, event_dims: int, dtype=torch.float64, 
     return top_singular_value(matvec, rmatvec, v0, event_dims, random_start=random_start, seed=seed + 1, **kw)
 
 
-def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float] = None, iters: int = 2000,
+def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float] = None, iters: int = ITERS,
                   batch_dims: Optional[int] = None, seed: int = 0, v0: Optional[Tensor] = None,
                   return_info: bool = False, on_nonconvergence: str = "warn", method: str = "lanczos",
                   fail_prob: Optional[float] = None):
@@ -232,7 +232,8 @@ def jacobian_norm(f: Callable[[Tensor], Tensor], X: Tensor, tol: Optional[float]
     return (res.value, res) if return_info else res.value
 
 
-def paper_estimator(f: Callable[[Tensor], Tensor], X: Tensor, iters: int = 50, seed: int = 0) -> Tensor:
+def paper_estimator(f: Callable[[Tensor], Tensor], X: Tensor, iters: int = PAPER_ESTIMATOR_ITERS, seed: int = 0
+                    ) -> Tensor:
     """The estimator of Castin et al.'s public code (docs/math.md §3), kept to quantify its bias.
 
     It takes torch.func.jvp(...)[0] (= f(X)) in place of J u, so each step computes v <- J^T f(X) and it

@@ -43,12 +43,12 @@ from harness.kernels.krylov import (GramOperator, LanczosResult, Outputs, basis_
 from harness.kernels.krylov import lanczos as restarted_lanczos
 from harness.kernels.lanczos_steps import next_check, routine, stemr_top
 from harness.kernels.operators import MGram, ZetaGram
-from harness.settings import PARTIAL_MIN_DIM
+from harness.settings import CHECK_EVERY, ITERS, KRYLOV, MIN_STEPS, NORM_TOL, PARTIAL_MIN_DIM, SMALL_MAX_BATCH
 
 Tensor = torch.Tensor
 
 SMALL_MAX_DIM = PARTIAL_MIN_DIM - 1  # larger N: products dominate, and the torch solver reorthogonalizes partially
-SMALL_MAX_BATCH = 8  # operators per call above which the batched torch solver amortizes its dispatch
+# SMALL_MAX_BATCH (harness.settings): operators per call above which the batched torch solver amortizes its dispatch
 
 
 def applies(op: GramOperator, x0: Tensor) -> bool:
@@ -126,9 +126,9 @@ def _products(op: GramOperator, dt) -> List[Callable[[np.ndarray], np.ndarray]]:
     return [partial(zeta, P=P[i], PT=PT[i], res=res[i], **scratch()) for i in range(len(P))]
 
 
-def lanczos(op: GramOperator, x0: Tensor, iters: int = 2000, tol: float = 1e-10, krylov: int = 40,
-            keep: Optional[int] = None, check_every: int = 3, min_steps: int = 1, fail_prob: Optional[float] = None,
-            reorth: str = "auto") -> LanczosResult:
+def lanczos(op: GramOperator, x0: Tensor, iters: int = ITERS, tol: float = NORM_TOL["float64"], krylov: int = KRYLOV,
+            keep: Optional[int] = None, check_every: int = CHECK_EVERY, min_steps: int = MIN_STEPS,
+            fail_prob: Optional[float] = None, reorth: str = "auto") -> LanczosResult:
     """`krylov.lanczos`'s arguments and result for an `MGram` or `ZetaGram` batch on the CPU (module docstring);
     anything else goes to `krylov.lanczos`. `keep` and `reorth` reach the restarted solver only, for the rows it
     takes over: this one reorthogonalizes fully, as the torch solver does in spaces this small."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.settings import JSM_BISECTION_STEPS
+
 Tensor = torch.Tensor
 
 
@@ -28,7 +30,7 @@ def g_k(p: Tensor, k: int) -> Tensor:
     return pk * (1 - pk + pk1)
 
 
-def jsm_norm(p: Tensor, iters: int = 100) -> Tensor:
+def jsm_norm(p: Tensor, iters: int = JSM_BISECTION_STEPS) -> Tensor:
     """Exact ||J_sm(p)|| per row, (..., n) -> (...,), by bisection on the secular equation.
 
     J_sm = diag(p) - p p^T is PSD; its top eigenvalue lambda lies in [p_(2), p_(1)] (Thm 4) and solves

@@ -46,12 +46,11 @@ def needs(patterns: List[str], scales: List[str]) -> Tuple[List[str], Dict[str, 
 def _needs(patterns: List[str], scales: List[str]) -> Tuple[List[str], Dict[str, str], Dict[str, str]]:
     """needs() plus {item: the declared stand-in's label} for the items every cell reading them may replace (a
     dataset stand-in's own dataset is listed too: it is what runs where the paper's is missing)."""
-    from .. import catalog
+    from . import discovery
     from . import substitutes as subst
 
-    catalog.load_all()
-    names = sorted({n for p in patterns for n in catalog.list_experiments(p)})
-    unmatched = [p for p in patterns if not catalog.list_experiments(p)]
+    names = sorted({n for p in patterns for n in discovery.list_experiments(p)})
+    unmatched = [p for p in patterns if not discovery.list_experiments(p)]
     if unmatched:
         raise ValueError(f"no experiment matches {', '.join(unmatched)}; `python run_all.py --list` lists them")
     data: Dict[str, None] = {}
@@ -59,7 +58,7 @@ def _needs(patterns: List[str], scales: List[str]) -> Tuple[List[str], Dict[str,
     standin: Dict[str, str] = {}
     required = set()  # read by some cell that has no stand-in for it
     for n in names:
-        exp = catalog.get_experiment(n)
+        exp = discovery.get_experiment(n)
         for scale in scales:
             for cell in exp.cells(scale):
                 paper = scale == "paper"  # the paper scale never substitutes: nothing there has a stand-in
@@ -171,7 +170,7 @@ def inventory(patterns: List[str], scales: List[str]) -> List[Tuple[str, str, st
 
 def inventory_lines(patterns: List[str], scales: List[str]) -> List[str]:
     """The inventory as aligned lines, ending with what cannot run here and the command that fetches it."""
-    from .. import catalog
+    from . import discovery
 
     rows = inventory(patterns, scales)
     if not rows:
@@ -180,8 +179,8 @@ def inventory_lines(patterns: List[str], scales: List[str]) -> List[str]:
     lines = [f"{k:{w[0]}s}  {n:{w[1]}s}  {s:{w[2]}s}  {where}" for k, n, s, where in rows]
     missing = [(n, "stand-in" in where) for _, n, s, where in rows if s == MISSING]
     if missing:
-        chosen = {n for p in patterns for n in catalog.list_experiments(p)}
-        scope = "--all" if chosen == set(catalog.list_experiments("*")) else "--for " + ",".join(patterns)
+        chosen = {n for p in patterns for n in discovery.list_experiments(p)}
+        scope = "--all" if chosen == set(discovery.list_experiments("*")) else "--for " + ",".join(patterns)
         blocked = [n for n, sub in missing if not sub]
         replaced = [n for n, sub in missing if sub]
         lines.append("missing here: " + "; ".join(

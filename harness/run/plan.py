@@ -9,13 +9,15 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .. import config as _config
 from .. import grid as _grid
-from .. import catalog as _catalog
 from ..catalog import Experiment
 from ..store import keys as _keys
 from ..store.atomic import folder_problem
 from ..store.cells import CellCache, CorruptCell, column_conflicts, null_conflicts, record_problem
 from ..store.codehash import REPO_ROOT, experiment_code, repo_module_hash
 from . import changes as _changes
+from . import discovery as _discovery
+from . import overrides as _ov
+from .overrides import _declared, _fmt, check_value, typed_overrides  # noqa: F401 - the --set checks, re-exported
 from .preflight import missing as missing_items
 from .substitutes import apply as apply_substitutes
 
@@ -44,6 +46,8 @@ class RunConfig:
     fresh_workers: bool = False  # process executor: one cell per worker process
     threads: Optional[int] = None  # torch threads per worker; None: cores // jobs (pools) or torch's default
     bounds: List[str] = field(default_factory=list)  # plug-in bounds "module:function" (--bound)
+    # typed_overrides' answers, per experiment and settings: --set values are typed and range-checked once a run
+    _typed: Dict[tuple, Dict[str, List[Any]]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.results_dir = Path(self.results_dir)
@@ -118,12 +122,6 @@ def compute_command(names: Sequence[str], cfg: RunConfig) -> str:
     return " ".join(shlex.quote(x) for x in parts)
 
 
-def _fmt(v: Any) -> str:
-    import json
-
-    return f"{v:g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, (list, dict)) else str(v)
-
-
 @dataclass
 class CellTask:
     experiment: str
@@ -147,79 +145,29 @@ class ExpPlan:
     tasks: List[CellTask]
     reads_scale: bool = False
     substituted: List[tuple] = field(default_factory=list)  # [(Substitute, why)]: used, or needed at paper scale
+    overrides: Dict[str, List[Any]] = field(default_factory=dict)  # the --set values it runs with (typed_overrides)
 
 
 def select(names: Sequence[str] = (), only: Sequence[str] = ()) -> List[str]:
     """Experiment names from exact names and/or globs (positional and --only); all when none given."""
     pats = [p for item in list(names) + list(only) for p in str(item).split(",") if p.strip()]
     if not pats:
-        return _catalog.list_experiments()
+        return _discovery.list_experiments()
     out: List[str] = []
     for p in pats:
         p = p.strip()
         if any(ch in p for ch in "*?["):
-            hits = _catalog.list_experiments(p)
+            hits = _discovery.list_experiments(p)
             if not hits:
                 raise KeyError(f"pattern {p!r} matches no experiment. Known: "
-                               f"{', '.join(_catalog.list_experiments()) or '(none)'}")
+                               f"{', '.join(_discovery.list_experiments()) or '(none)'}")
         else:
-            hits = [_catalog.get_experiment(p).name]  # KeyError with close matches
+            hits = [_discovery.get_experiment(p).name]  # KeyError with close matches
         out += [h for h in hits if h not in out]
     return out
 
 
-def _declared(exp: Experiment, key: str) -> List[Any]:
-    vals: List[Any] = []
-    for scale in _config.SCALES:
-        if scale == "paper" and not exp.paper:
-            continue
-        for g in _grid.subgrids(exp.grid_for(scale)):
-            vals += g.get(key, [])
-    return vals
-
-
-def _kind(v: Any) -> str:
-    return "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) \
-        else "none" if v is None else "list" if isinstance(v, list) else "dict" if isinstance(v, dict) else "str"
-
-
-def check_value(exp_name: str, key: str, value: Any, declared: Sequence[Any]) -> Any:
-    """`value` converted to the grid's declared type for `key` (int -> float where floats are declared), or a
-    ValueError naming the key, the experiment, the expected type and an example."""
-    kinds = {_kind(v) for v in declared}
-    k = _kind(value)
-    if not kinds or k in kinds:
-        if k == "list" and "list" in kinds:
-            inner = [x for v in declared if isinstance(v, list) for x in v]
-            if inner:
-                return [check_value(exp_name, f"{key}[]", x, inner) for x in value]
-        return value
-    if k == "int" and "float" in kinds:
-        return float(value)
-    example = ", ".join(_fmt(v) for v in declared[:4])
-    raise ValueError(f"--set {key}={_fmt(value)}: grid parameter {key!r} of {exp_name} takes "
-                     f"{' or '.join(sorted(kinds))} values (declared: {example}), got {k} {value!r}")
-
-
-def typed_overrides(exp: Experiment, cfg: RunConfig) -> Dict[str, List[Any]]:
-    """The --set overrides that apply to this experiment, type-checked against its declared grid values."""
-    known = _grid.keys(exp.grid_for(cfg.scale))
-    out = {}
-    for k, vs in cfg.overrides.items():
-        if k in known:
-            decl = _declared(exp, k)
-            out[k] = [check_value(exp.name, k, v, decl) for v in vs]
-            rule = {**_catalog.PARAM_RANGES, **exp.ranges}.get(k)
-            bad = [v for v in out[k] if rule and _catalog.out_of_range(rule, v)]
-            if bad:
-                raise ValueError(f"--set {k}={_fmt(bad[0])}: grid parameter {k!r} of {exp.name} takes values "
-                                 f"{rule}{' (each element)' if isinstance(bad[0], list) else ''} and finite")
-    if cfg.bounds and PLUGIN_KEY in known:  # --bound X == --set 'plugins=[["X", ...]]'
-        out[PLUGIN_KEY] = [list(cfg.bounds)]
-    return out
-
-
-PLUGIN_KEY = "plugins"  # grid key of experiments that evaluate every registered bound (bound_leaderboard)
+PLUGIN_KEY = _ov.PLUGIN_KEY  # grid key of experiments that evaluate every registered bound (bound_leaderboard)
 
 
 def accepts_bounds(exp: Experiment) -> bool:
@@ -274,7 +222,7 @@ def check_bounds(names: Sequence[str], cfg: RunConfig) -> None:
                              f"importable from here (PYTHONPATH)") from None
         if not callable(fn):
             raise ValueError(f"--bound {b}: {type(fn).__name__} is not callable")
-    users = [n for n in names if accepts_bounds(_catalog.get_experiment(n))]
+    users = [n for n in names if accepts_bounds(_discovery.get_experiment(n))]
     if not users:
         raise ValueError("--bound: none of the selected experiments evaluates plug-in bounds; "
                          "use it with bound_leaderboard (or `attnlip analyze --bound`)")
@@ -285,7 +233,7 @@ def check_overrides(names: Sequence[str], cfg: RunConfig) -> None:
     context (dtype, device) must be one every selected experiment runs in (UnsupportedContext otherwise)."""
     known = set()
     for n in names:
-        exp = _catalog.get_experiment(n)
+        exp = _discovery.get_experiment(n)
         known.update(_grid.keys(exp.grid_for(cfg.scale)))
         typed_overrides(exp, cfg)
         exp.check_context(cfg.dtype, cfg.device)
@@ -347,7 +295,7 @@ def _always_set(folder: Path) -> List[str]:
 
 def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
     """Cells of one experiment with their keys and cache state (verify: load each file to detect corruption)."""
-    exp = _catalog.get_experiment(name)
+    exp = _discovery.get_experiment(name)
     code = experiment_code(exp)
     store = CellCache(cfg.cache_dir)
     tasks, events, memo = [], [], {}
@@ -379,14 +327,15 @@ def plan(name: str, cfg: RunConfig, verify: bool = True) -> ExpPlan:
                 t.state = "cached"
         tasks.append(t)
     records = [rec for _, rec in loaded]
-    checks = {**null_conflicts(records, _always_set(cfg.output_root / name)), **column_conflicts(records)}
+    checks = {**null_conflicts(records, _always_set(cfg.output_root / name)), **column_conflicts(records)} \
+        if records else {}  # nothing read from the cache (verify=False: --list): no committed table to read
     for i, why in checks.items():
         t = loaded[i][0]
         t.state, t.note = "corrupt", f"{store.path(name, t.key)}: {why}"
     whys = _changes.reasons(tasks, code["hash"], _changes.read_manifest(cfg.output_root / name))
     for t in tasks:
         t.why = whys.get(t.label, "")
-    return ExpPlan(exp, code["hash"], tasks, code["reads_scale"], substituted=events)
+    return ExpPlan(exp, code["hash"], tasks, code["reads_scale"], substituted=events, overrides=overrides)
 
 
 def paper_selection(names: Sequence[str], cfg: RunConfig, explicit: bool) -> List[str]:
@@ -394,4 +343,4 @@ def paper_selection(names: Sequence[str], cfg: RunConfig, explicit: bool) -> Lis
     have no paper sizes to run); named ones are kept, and one without a paper scale is refused by grid_for."""
     if cfg.scale != "paper" or explicit:
         return list(names)
-    return [n for n in names if _catalog.get_experiment(n).paper]
+    return [n for n in names if _discovery.get_experiment(n).paper]

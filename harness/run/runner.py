@@ -16,7 +16,7 @@ from . import preflight as _preflight
 from .executors import execute
 from .outputs import OutputReport, write_outputs
 from .verify_compare import against_existing
-from .plan import ExpPlan, RunConfig, check_overrides, compute_command, plan, typed_overrides
+from .plan import ExpPlan, RunConfig, check_overrides, compute_command, plan
 from .specs import CellSpec, CellStatus, status_of
 from .substitutes import plan_notices
 from .worker import make_spec
@@ -127,7 +127,7 @@ def _finish(r: ExpResult, p: ExpPlan, statuses: Dict[str, CellStatus], cfg: RunC
     if collect_only:
         r.missing = sum(1 for t in p.tasks if t.state != "cached")
     try:
-        out = write_outputs(p, cfg, statuses, started=started, overrides=typed_overrides(p.exp, cfg),
+        out = write_outputs(p, cfg, statuses, started=started, overrides=p.overrides,
                             judge=None if collect_only else against_existing)  # --collect always writes
     except OSError as e:
         out = OutputReport(n, figure_error=f"writing outputs to {cfg.output_root / n} failed: "

@@ -86,11 +86,11 @@ def clean_commit() -> str:
 def stamp(folder: Path, r: Any, commit: str) -> Dict[str, Any]:
     """Write the `verified` entry of folder/manifest.json for the verdict `r` (harness.run.verify.ExpVerify),
     replacing the file atomically (an OSError leaves the old manifest as it was)."""
-    from .. import catalog as _catalog
+    from . import discovery as _discovery
 
     path = folder / "manifest.json"
     man = _manifest.read(path) if path.is_file() else {}
-    exp = _catalog.get_experiment(r.name)
+    exp = _discovery.get_experiment(r.name)
     tables = {f.name: sha256(f.read_bytes()) for f in sorted(folder.glob("table.*")) if f.is_file()}
     man["verified"] = {
         "commit": commit, "code_hash": r.code, "at": _manifest.now_utc(), "scale": r.scale,

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .. import catalog as _catalog
+from . import discovery as _discovery
 from ..errors import CorruptFile
 from ..manifest import read as read_manifest
 from .executors import execute
@@ -124,7 +124,7 @@ def _prepare(name: str, folder: Path, run_cfg: RunConfig, n: Optional[int]) -> _
         r.committed = False
         r.notes.append(f"no committed table in {folder}")
         return job
-    job.exp, job.committed = _catalog.get_experiment(name), committed
+    job.exp, job.committed = _discovery.get_experiment(name), committed
     job.plan = p = plan(name, run_cfg, verify=False)
     r.code, r.n_committed = p.code, int(committed["cell"].nunique())
     r.cells = sample(manifest, committed["cell"].astype(str).tolist(), n, seed=name)

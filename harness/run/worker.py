@@ -23,6 +23,7 @@ from ..catalog import Experiment
 from ..store import claims as _claims
 from ..store.atomic import atomic_write_text, canonical_json, os_error_line
 from ..store.cells import CellCache, CellRecord
+from . import discovery as _discovery
 from .specs import CellSpec, CellStatus, status_of
 
 RESERVED = ("experiment", "cell", "cell_key", "seed", "device", "dtype", "scale")
@@ -51,17 +52,15 @@ def _resolve(spec: CellSpec) -> Experiment:
         mod, mfile = spec.module or "", spec.module_file
         with contextlib.suppress(Exception):
             if mod.startswith("_attnlip_ext_") and mfile:
-                _catalog.load_module_file(mfile)
+                _discovery.load_module_file(mfile)
             else:
                 try:
                     importlib.import_module(mod)
                 except ImportError:
                     if not mfile:
                         raise
-                    _catalog.load_module_file(mfile)
-    if name not in _catalog._REGISTRY:
-        _catalog.load_all()
-    return _catalog.get_experiment(name)
+                    _discovery.load_module_file(mfile)
+    return _discovery.get_experiment(name)  # every experiment module when its own did not register it
 
 
 class RSSSampler:

@@ -93,24 +93,44 @@ def module_closure(start: Iterable[str], roots: Optional[Mapping[str, Path]] = N
     nor walked). None when a dynamic import occurs."""
     roots = dict(roots or _roots())
     seen: Dict[Path, None] = {}
+    looked: Set[str] = set()  # names already resolved in this walk (most modules import the same few)
     todo = list(start)
     while todo:
         m = todo.pop()
         parts = m.split(".")
         for i in range(1, len(parts) + 1):
             name = ".".join(parts[:i])
+            if name in looked:
+                continue
+            looked.add(name)
             if skip(name):
                 continue
             f = _module_file(name, roots)
             if f is None or f in seen:
                 continue
             seen[f] = None
-            tree = ast.parse(f.read_text(), filename=str(f))
-            mods, dynamic = imported_modules([tree], _module_name(f, roots) or "", f.name == "__init__.py")
+            mods, dynamic = _file_imports(f, _module_name(f, roots) or "")
             if dynamic:
                 return None
             todo += mods
     return sorted(seen)
+
+
+_IMPORTS: Dict[Tuple[Path, str], Tuple[Tuple[int, int], List[str], bool]] = {}
+
+
+def _file_imports(f: Path, me: str) -> Tuple[List[str], bool]:
+    """imported_modules of one file, parsed once per process while its size and mtime stay the same (planning
+    every experiment walks the same modules again and again)."""
+    st = f.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _IMPORTS.get((f, me))
+    if hit is not None and hit[0] == stamp:
+        return list(hit[1]), hit[2]
+    tree = ast.parse(f.read_text(), filename=str(f))
+    mods, dynamic = imported_modules([tree], me, f.name == "__init__.py")
+    _IMPORTS[(f, me)] = (stamp, mods, dynamic)
+    return list(mods), dynamic
 
 
 def files_hash(files: Iterable[Path], root: Path = REPO_ROOT) -> str:
