@@ -117,6 +117,8 @@ def row_bounds(t: RowTerms, eps: Eps, top_too: bool = False):
     top = t.logp.argmax(-1, keepdim=True)  # (..., h, n, 1): k*
     rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
     q_row = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n), exp(-inf) = 0 for a lone key
+    if top_too == "keys":
+        return q_row, torch.exp(rest.clamp(max=0.0))
     if top_too:
         return c_row, q_row, torch.exp(log_top.clamp(max=0.0))
     return c_row, q_row
@@ -132,6 +134,27 @@ def _moved(t: RowTerms, e: Tensor) -> Tensor:
     return e * (first + e * (1.0 + math.sqrt(2.0)) / 2.0 * t.b[:, None, None]) / math.sqrt(t.dh)
 
 
+def weighted(t: RowTerms, eps: Eps):
+    """Probability-weighted bounds anywhere in the eps-ball, per unit ||E||_F, (..., h) each: omega_l >= ||dP_l[E]||_F
+    and a bound on ||d^2P_l[E, E]||_F. A row's change is weighted by the ball bounds u_ij >= p_ij of the keys it can
+    attend to: ||J_sm(p) ds||_1 <= 2 sum_{j != k*} p_j |ds_j - ds_k*| and ||T(p)[ds, ds]||_1 <= 2 Var_p(ds) <=
+    2 sum_{j != k*} p_j (ds_j - ds_k*)^2, with |ds_j - ds_k*| <= a'_ij ||e_i|| + b'_i ||e_j - e_k*||, a'_ij =
+    (||wq (k_j - k_k*)^T|| + sqrt 2 eps ||B||) / sqrt(dh), b'_i = (||q_i wk^T|| + eps ||B||) / sqrt(dh) (docs/math.md
+    §1, "Probability-weighted rows"). So a key of huge score change that the row gives ~0 probability costs ~0, where
+    ||M_l|| charges every row with it."""
+    q, u = row_bounds(t, eps, top_too="keys")  # (..., h, n), (..., h, n, n) with 0 at k*
+    e = torch.as_tensor(eps, dtype=q.dtype, device=q.device)
+    e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
+    sq, b = math.sqrt(t.dh), t.b[:, None]
+    a = (t.pair + math.sqrt(2.0) * e.unsqueeze(-1) * b.unsqueeze(-1)) / sq  # (..., h, n, n)
+    beta = (t.query_side + e * b) / sq  # (..., h, n)
+    spread = u.norm(dim=-1) + q  # >= sum_j u_ij ||e_j - e_k*|| per unit ||E||_F
+    omega = (2.0 * (u * a).sum(-1)).amax(-1) + (2.0 * beta * spread).norm(dim=-1)
+    d2p = (4.0 * t.b / sq * spread.norm(dim=-1) + 4.0 * (u * a.square()).sum(-1).amax(-1)
+           + 16.0 * (beta.square() * q).sum(-1))
+    return omega, d2p
+
+
 def softmax_constant(t: RowTerms, eps: Eps, onehot: bool = True) -> Tensor:
     """c_l(eps) >= ||J_sm(p_i)|| for every row i of head l anywhere in the eps-ball: (..., h) for eps scalar or
     (...,). max_i min(c_i, 2 q_i) (row_bounds): ||J_sm(p)|| <= max_k p_k and <= 2 (1 - p_k) for every k, so a row
@@ -145,7 +168,8 @@ def change_constant(t: RowTerms, eps: Eps, T: Tensor) -> Tensor:
     mean value bound) and <= sqrt(2) q_i (zeroth order: every entry but k* lies below its ball bound at both ends,
     and p_ik* moves by their sum), so for the k rows of largest c_i taken at zeroth order and the rest at first
     order, ||P' - P||_F^2 <= sum_{first k} 2 q_i^2 + c_(k+1)^2 T^2; the minimum over k (k = 0 is Theorem 1's
-    max_i c_i T). A row the ball can tip off one-hot then costs its probability mass, not ||M_l|| eps."""
+    max_i c_i T). A row the ball can tip off one-hot then costs its probability mass, not ||M_l|| eps. And
+    ||P' - P||_F <= eps omega_l (weighted: the mean value bound with the probability-weighted derivative)."""
     c_row, q_row = row_bounds(t, eps)
     c_sorted, order = torch.minimum(c_row, 2.0 * q_row).sort(-1, descending=True)  # (..., h, n), as row_constants
     del c_row
@@ -155,7 +179,10 @@ def change_constant(t: RowTerms, eps: Eps, T: Tensor) -> Tensor:
     T = T.unsqueeze(-1)
     ratio = torch.where(T > 0, zeroth / T.square().clamp_min(torch.finfo(T.dtype).tiny), torch.inf)
     ratio = torch.where(zeroth > 0, ratio, 0.0)  # a row with q_i = 0 costs nothing at any T
-    return torch.sqrt((ratio + first.square()).amin(-1)).minimum(c_sorted[..., 0])
+    c = torch.sqrt((ratio + first.square()).amin(-1)).minimum(c_sorted[..., 0])
+    e = torch.as_tensor(eps, dtype=T.dtype, device=T.device)
+    e = e.unsqueeze(-1) if e.dim() else e
+    return torch.where(T[..., 0] > 0, torch.minimum(c, e * weighted(t, eps)[0] / T[..., 0].clamp_min(1e-300)), c)
 
 
 def kappa(c: Union[float, Tensor], top: Union[float, Tensor] = 1.0) -> Union[float, Tensor]:

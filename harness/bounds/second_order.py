@@ -83,8 +83,9 @@ def curvature(t: CurvatureTerms, eps: Eps) -> Tensor:
     sigma2 = ((t.m + 2.0 * eh * t.b) / sqdh).square()  # bound on ||dS_l||_F^2 per unit ||E||_F anywhere in the ball
     r = t.rows  # row i's scores move by at most rate_i ||E||_F anywhere in the ball
     rate2 = ((r.key_side + 2.0 * eh * t.b).unsqueeze(-1) + r.query_side).square() / t.dh  # (..., h, n)
-    d2p = 2.0 * c * t.b / sqdh + _most(k_row, rate2, sigma2)  # bound on ||d^2 P_l[E, E]||_F
-    dp = _most(c_row.square(), rate2, sigma2).sqrt()  # bound on ||dP_l[E]||_F
+    omega, d2p_weighted = lofast_refined.weighted(t.rows, e)
+    d2p = torch.minimum(2.0 * c * t.b / sqdh + _most(k_row, rate2, sigma2), d2p_weighted)  # >= ||d^2 P_l[E, E]||_F
+    dp = torch.minimum(_most(c_row.square(), rate2, sigma2).sqrt(), omega)  # bound on ||dP_l[E]||_F
     return (d2p * (t.xvo + eh * t.vo) + 2.0 * dp * t.vo).sum(-1)
 
 
