@@ -21,7 +21,8 @@ min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipsc
     row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
     softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
     row_constants(t, eps) -> two (..., h, n)       per row: that constant and the second-derivative one (second_order)
-    change_constant(t, eps, T) -> (..., h)         c'_l <= c_l with ||P_l' - P_l||_F <= c'_l T_l (rows tipped off one-hot)
+    change_constant(t, eps, T) -> (..., h)         c'_l <= c_l with ||P_l' - P_l||_F <= c'_l T_l (tipped rows)
+    weighted(t, eps) -> two (..., h)               probability-weighted bounds on ||dP_l|| and ||d^2P_l|| in the ball
     constant_at_zero(P) -> (..., h)                c_l(0) from the attention probabilities alone
     delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
 """
@@ -52,9 +53,9 @@ class RowTerms:
     query_side: Tensor  # (..., h, n) ||q_i wk_l^T||: the keys' change moves row i by at most this x ||dX||_F
     b: Tensor  # (h,) ||wq_l wk_l^T|| (unscaled B_l)
     dh: int
-    margin: Tensor = None  # (..., h, n, n) s_ik* - s_ij, lowered by its rounding allowance (0 at j = k*)
-    pair: Tensor = None  # (..., h, n, n) ||wq_l (k_j - k_k*)^T||: a query's change moves that margin by this x ||dx_i||
-    own: Tensor = None  # (..., h, n, n) bool: i is j or k* (its own change moves both sides of the margin)
+    margin: Tensor  # (..., h, n, n) s_ik* - s_ij, lowered by its rounding allowance (0 at j = k*)
+    pair: Tensor  # (..., h, n, n) ||wq_l (k_j - k_k*)^T||: a query's change moves that margin by this x ||dx_i||
+    own: Tensor  # (..., h, n, n) bool: i is j or k* (its own change moves both sides of the margin)
 
 
 def row_terms(X: Tensor, w: AttentionWeights, causal: bool = False) -> RowTerms:
@@ -99,26 +100,29 @@ def _pair_terms(Q: Tensor, K: Tensor, S: Tensor, logp: Tensor, w: AttentionWeigh
     return margin, pair, own
 
 
-def row_bounds(t: RowTerms, eps: Eps, top_too: bool = False):
-    """Per row i over the eps-ball, (..., h, n) each: c_i = min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||)))
-    (the bound on max_k p_k), and q_i = min(1, sum_{j != k*} p_ij exp(rho_i ||e_j - p_i||)), a bound on 1 - p_ik*
-    anywhere in the ball, k* the row's most probable key at X (docs/math.md §1, "Near one-hot rows"); top_too: the
-    bound on max_k p_k itself (not capped at 1/2) as a third value."""
+def _key_bounds(t: RowTerms, eps: Eps):
+    """(log of the ball's bound on every p_ik (..., h, n, n), each row's top key k* at X (..., h, n, 1))."""
     e = torch.as_tensor(eps, dtype=t.logp.dtype, device=t.logp.device)
     if bool((e < 0).any()) or not all_finite(e):
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
     e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
     rho = e * (t.key_side.unsqueeze(-1) + t.query_side + e * t.b[:, None]) / math.sqrt(t.dh)  # (..., h, n)
     logb = t.logp + rho.unsqueeze(-1) * t.dist  # (..., h, n, n): log of the ball's bound on each p_k
-    if t.margin is not None:  # p_j <= exp(s_j - s_k*), the margin moved by at most its own bound over the ball
-        logb = torch.minimum(logb, _moved(t, e.unsqueeze(-1)) - t.margin)
+    # p_j <= exp(s_j - s_k*), the margin moved by at most its own bound over the ball
+    logb = torch.minimum(logb, _moved(t, e.unsqueeze(-1)) - t.margin)
+    return logb, t.logp.argmax(-1, keepdim=True)
+
+
+def row_bounds(t: RowTerms, eps: Eps, top_too: bool = False):
+    """Per row i over the eps-ball, (..., h, n) each: c_i = min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||)))
+    (the bound on max_k p_k), and q_i = min(1, sum_{j != k*} p_ij exp(rho_i ||e_j - p_i||)), a bound on 1 - p_ik*
+    anywhere in the ball, k* the row's most probable key at X (docs/math.md §1, "Near one-hot rows"; each key's
+    bound also by its margin, "Per-key margins"); top_too: the bound on max_k p_k itself (not capped at 1/2) too."""
+    logb, top = _key_bounds(t, eps)
     log_top = logb.amax(-1)  # (..., h, n): log of the bound on max_k p_k
     c_row = torch.exp(log_top.clamp(max=math.log(0.5)))  # min(1/2, .) in log space, then exp <= 1/2
-    top = t.logp.argmax(-1, keepdim=True)  # (..., h, n, 1): k*
     rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
     q_row = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n), exp(-inf) = 0 for a lone key
-    if top_too == "keys":
-        return q_row, torch.exp(rest.clamp(max=0.0))
     if top_too:
         return c_row, q_row, torch.exp(log_top.clamp(max=0.0))
     return c_row, q_row
@@ -142,7 +146,10 @@ def weighted(t: RowTerms, eps: Eps):
     (||wq (k_j - k_k*)^T|| + sqrt 2 eps ||B||) / sqrt(dh), b'_i = (||q_i wk^T|| + eps ||B||) / sqrt(dh) (docs/math.md
     §1, "Probability-weighted rows"). So a key of huge score change that the row gives ~0 probability costs ~0, where
     ||M_l|| charges every row with it."""
-    q, u = row_bounds(t, eps, top_too="keys")  # (..., h, n), (..., h, n, n) with 0 at k*
+    logb, top = _key_bounds(t, eps)
+    rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
+    u = torch.exp(rest.clamp(max=0.0))  # (..., h, n, n), 0 at k*
+    q = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n)
     e = torch.as_tensor(eps, dtype=q.dtype, device=q.device)
     e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
     sq, b = math.sqrt(t.dh), t.b[:, None]

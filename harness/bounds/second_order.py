@@ -14,7 +14,7 @@ second derivative, so K is the same with or without them). Per head, with s = (Z
     ||dS_l||_F <= sigma_l(eps) = (||M_l(X)|| + 2 eps ||wq_l wk_l^T||) / sqrt(dh)   (Lemma 2's operator, moved by Z - X)
     ||d^2S_l||_F = 2 ||E wq_l wk_l^T E^T||_F / sqrt(dh) <= 2 ||wq_l wk_l^T|| / sqrt(dh)
     ||J_sm(p_i(Z))|| <= c_l(eps)  (the per-ball constant of harness.bounds.lofast_refined, <= 1/2)
-    ||T(p)[u, u]|| <= kappa(c) ||u||^2,  kappa(c) = sqrt(8 c / 27 + c^2)   (<= 0.631 at c = 1/2)
+    ||T(p)[u, u]|| <= kappa(c, top) ||u||^2  (<= kappa(1/2, 1) = 0.631; top >= max_k p_k over the ball)
     ||T(p)[u, u]|| <= 4 (1 - p_k) ||u||^2 for every k   (near one-hot rows: lofast_refined.row_constants)
     ||(Z wv_l + bv_l) wo_l|| <= ||(X wv_l + bv_l) wo_l|| + eps ||wv_l wo_l||
 
@@ -23,14 +23,15 @@ so K_l(eps) = (2 c_l b_l / sqrt(dh) + A_l) (xvo_l + eps vo_l) + 2 B_l vo_l with 
 change: ||ds_i|| <= r_i = (||wq_l K^T|| + ||q_i wk_l^T|| + 2 eps b_l) / sqrt(dh) per unit ||E||_F and
 sum_i ||ds_i||^2 <= sigma_l^2, so A_l = max sum_i k_i t_i and B_l^2 = max sum_i c_i^2 t_i over 0 <= t_i <= r_i^2,
 sum_i t_i <= sigma_l^2 (at most k_max sigma_l^2 and c_l^2 sigma_l^2; far less when the rows that could bend stay
-near one-hot or move little), and K = sum_l K_l. As eps -> 0 the certificate / eps tends to U, the exact local constant (up to the estimate); for
+near one-hot or move little; each also at most lofast_refined.weighted's probability-weighted bound), and
+K = sum_l K_l. As eps -> 0 the certificate / eps tends to U, the exact local constant (up to the estimate); for
 large eps the eps^2 term dominates and Theorem 1's certificates (harness.bounds.ball_change) are smaller: the
 registry's "best" certificate takes the minimum of all of them, which is sound as well.
 
     CurvatureTerms, curvature_terms(X, w, m, causal)   per-input ingredients (m: ||M_l(X)|| or an upper estimate)
     curvature(t, eps) -> (...,)                         K(eps)
     delta(U, t, eps) -> (...,)                          U eps + eps^2 / 2 K(eps)
-    kappa(c)                                            the bound on the softmax's second derivative
+    kappa(c, top)                                       the bound on the softmax's second derivative
 """
 from __future__ import annotations
 
