@@ -108,12 +108,15 @@ def test_lofast_limits_are_theorem1s_limit():
     X, w = _case(9)
     s = InputState(X, w, tol=1e-12)
     sq = math.sqrt(s.w.dh)
-    for name, m, c, cert in (("lofast_fine", s.m_fine, 1.0, "fine"), ("lofast_coarse", s.m_coarse, 1.0, "coarse"),
-                             ("lofast_sharp", s.m_fine, 0.5, "sharp"),
-                             ("lofast_refined", s.m_fine, lofast_refined.constant_at_zero(s.P), "refined")):
+    # the refined (ours) limit reads the values about their mean token: the paper's keep ||X V'_l||
+    for name, m, c, cert, v in (("lofast_fine", s.m_fine, 1.0, "fine", s.value_norm),
+                                ("lofast_coarse", s.m_coarse, 1.0, "coarse", s.value_norm),
+                                ("lofast_sharp", s.m_fine, 0.5, "sharp", s.value_norm),
+                                ("lofast_refined", s.m_fine, lofast_refined.constant_at_zero(s.P), "refined",
+                                 s.value_norm_centered)):
         layer = R.get(name, "layer").fn(s)
-        assert torch.equal(layer, s.zeta + (c / sq * m * s.value_norm).sum(-1)), name
-        assert torch.equal(R.get(name, "head").fn(s), s.P_norm * s.VO_norm + c / sq * m * s.value_norm), name
+        assert torch.equal(layer, s.zeta + (c / sq * m * v).sum(-1)), name
+        assert torch.equal(R.get(name, "head").fn(s), s.P_norm * s.VO_norm + c / sq * m * v), name
         assert torch.allclose(R.get(cert, "layer").fn(s, 1e-9) / 1e-9, layer, rtol=1e-6), name
     naive = R.get("lofast_naive", "layer").fn(s)
     assert torch.allclose(naive, (s.VO_norm * s.P_norm).sum(-1) + (s.m_coarse * s.value_norm).sum(-1) / sq,

@@ -191,3 +191,21 @@ def test_huge_token_certificates_are_tight_at_small_eps():
         cert = best(s, torch.full((X.shape[0],), 1e-8, dtype=D64))
         fl = ROUNDOFF * (attention_unchecked(X, w).flatten(-2).norm(dim=-1) + ref)
         assert (cert + fl >= ref).all() and (cert <= 1.5 * ref).all(), cert / ref
+
+
+def test_centered_values_norm_is_the_dense_one_and_bounds_the_change():
+    """lofast.centered_value_norm equals the dense ||(X - 1 xbar) wv_l wo_l||, is never above ||(X wv + bv) wo||, and
+    a common token part (a shift of every token) leaves it unchanged while ||X VO_l|| grows with it."""
+    from harness.bounds import lofast
+
+    w, g = _layer(6, 1.0, True)
+    X = torch.randn(3, 5, 6, dtype=D64, generator=g)
+    w = prepare(X, w)
+    c = lofast.centered_value_norm(X, w)
+    Xc = X - X.mean(-2, keepdim=True)
+    dense = torch.linalg.matrix_norm(Xc.unsqueeze(-3) @ (w.wv @ w.wo), 2)
+    assert torch.allclose(c, dense, rtol=1e-12)
+    assert (c <= lofast.delta22(X, w, 0.0) * (1 + 1e-12)).all()
+    shifted = X + 10.0 * torch.randn(1, 1, 6, dtype=D64, generator=g)
+    assert torch.allclose(lofast.centered_value_norm(shifted, w), c, rtol=1e-10)
+    assert (lofast.delta22(shifted, w, 0.0) > 3 * c).all()

@@ -70,7 +70,8 @@ class Theorem1Variant:
         return self.delta(e, zeta=s.zeta_cert if self.delta1 == "zeta" else None,
                           naive1=(s.VO_norm * s.P_norm).sum(-1) if self.delta1 == "naive" else None,
                           m_fine=s.m_cert if self.needs_m else None, xi=s.m_coarse, b=s.w.B_norm(),
-                          xvo=s.value_norm, vo=s.VO_norm, dh=s.w.dh, rows=rows) * s.rounding_allowance
+                          xvo=s.value_norm_centered if self.c == "refined" else s.value_norm, vo=s.VO_norm,
+                          dh=s.w.dh, rows=rows) * s.rounding_allowance
 
 
 # name -> (variant, label, paper); declared in this order by harness.bounds.registry (the certificates' table order)

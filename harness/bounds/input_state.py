@@ -85,6 +85,11 @@ class InputState:
         """||(X wv_l + bv_l) wo_l|| (..., h) (LoFAST's ||X VO_l||)."""
         return lofast.delta22(self.X, self.w, 0.0)
 
+    @functools.cached_property
+    def value_norm_centered(self) -> Tensor:
+        """||(X - 1 xbar) wv_l wo_l|| (..., h): what multiplies a change of P_l, whose rows sum to 0 (ours)."""
+        return lofast.centered_value_norm(self.X, self.w)
+
     @property
     def _certify_power(self) -> dict:
         """The Lanczos settings of zeta and ||M_l||: in certifying mode a first cycle long enough for CERTIFY_EPS and
@@ -149,8 +154,8 @@ class InputState:
     def curvature(self) -> second_order.CurvatureTerms:
         """The ingredients of the second-order certificate's curvature bound K(eps) (harness.bounds.second_order)
         at the state, from what a certificate reads for ||M_l|| (m_cert): computed once, read at every eps."""
-        return second_order.curvature_terms(self.X, self.w, self.m_cert, self.causal, xvo=self.value_norm,
-                                            rows=self.row_terms)
+        return second_order.curvature_terms(self.X, self.w, self.m_cert, self.causal,
+                                            xvo=self.value_norm_centered, rows=self.row_terms)
 
     def _truth(self, heads: bool, residual: bool = False):
         """kernels.layer.truth at this state: the one truth of the registry, analyze and the Castin experiments."""

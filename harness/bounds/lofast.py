@@ -277,6 +277,14 @@ def _value_norm(X: Tensor, w: AttentionWeights) -> Tensor:
     return prod_norm(project(X, w.wv, w.bv), w.wo.transpose(-1, -2))  # V: (..., h, n, dh)
 
 
+def centered_value_norm(X: Tensor, w: AttentionWeights) -> Tensor:
+    """||(X - 1 xbar) wv_l wo_l|| (..., h), xbar the mean token: every row of P_l' - P_l (and of its derivatives)
+    sums to 0, so (P_l' - P_l) V = (P_l' - P_l)(V - 1 c) for any row c: the value bias and the tokens' common part
+    drop out (docs/math.md §1, "Centered values"). Ours; the paper's certificates keep ||(X wv_l + bv_l) wo_l||."""
+    Xc = X - X.mean(-2, keepdim=True)
+    return prod_norm(project(Xc, w.wv, None), w.wo.transpose(-1, -2))
+
+
 def _head_eps(e: Tensor) -> Tensor:
     return e.unsqueeze(-1) if e.dim() else e
 

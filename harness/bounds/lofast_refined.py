@@ -234,13 +234,13 @@ def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causa
     m = lofast.m_norms(X, w, **power)
     eh = e.unsqueeze(-1) if e.dim() else e
     c = change_constant(row_terms(X, w, causal), e, eh * (m + w.B_norm() * eh) / math.sqrt(w.dh))
-    return lofast.theorem1(z, m, w.B_norm(), lofast.delta22(X, w, 0.0), w.VO_norm(), w.dh, e, c)
+    return lofast.theorem1(z, m, w.B_norm(), lofast.centered_value_norm(X, w), w.VO_norm(), w.dh, e, c)
 
 
 def lipschitz_upper(X: Tensor, w: AttentionWeights, residual: bool = True, causal: bool = False, **power) -> Tensor:
-    """lim_{eps->0} delta/eps = zeta + sum_l c_l(0)/sqrt(dh) ||M_l|| ||X VO_l|| >= ||J_F(X)||: (...,)."""
+    """lim_{eps->0} delta/eps = zeta + sum_l c_l(0)/sqrt(dh) ||M_l|| ||(X - 1 xbar) VO_l|| >= ||J_F(X)||: (...,)."""
     w = prepare(X, w)
     c = softmax_constant(row_terms(X, w, causal), 0.0)
     z = lofast.zeta(X, w, residual, causal=causal, **power)
     m = lofast.m_norms(X, w, **power)
-    return z + (c / math.sqrt(w.dh) * m * lofast.delta22(X, w, 0.0)).sum(-1)
+    return z + (c / math.sqrt(w.dh) * m * lofast.centered_value_norm(X, w)).sum(-1)

@@ -178,8 +178,8 @@ def _builtins() -> None:
     declare("lofast_naive", "LoFAST (Havens et al.) eq. 9 + coarse Delta_2, eps -> 0", "LoFAST eps->0 (naive)",
             layer=lofast_naive_layer)
     declare("lofast_refined", "LoFAST Thm 1, eps -> 0, with the per-row softmax constant min(1/2, max_k p_ik)",
-            "LoFAST eps->0 (refined softmax c)", head=lofast_limit("m_fine", refined_c, True),
-            layer=lofast_limit("m_fine", refined_c, False), uses=("zeta", "m"), proven_for=ANY_SCORES,
+            "LoFAST eps->0 (refined softmax c)", head=lofast_limit("m_fine", refined_c, True, centered=True),
+            layer=lofast_limit("m_fine", refined_c, False, centered=True), uses=("zeta", "m"), proven_for=ANY_SCORES,
             note="||J_sm(p)|| <= min(1/2, max_k p_k) per row (docs/math.md §1); the eps-ball version certifies "
                  "(harness.bounds.lofast_refined, certify bound 'refined')")
     for name, (variant, label, paper) in VARIANTS.items():  # Theorem 1 at finite eps: the certificates

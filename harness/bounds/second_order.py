@@ -57,7 +57,7 @@ class CurvatureTerms:
 
     m: Tensor  # (..., h) ||M_l(X)|| (Lemma 2's operator with biases) or a certified upper estimate of it
     b: Tensor  # (h,) ||wq_l wk_l^T||
-    xvo: Tensor  # (..., h) ||(X wv_l + bv_l) wo_l||
+    xvo: Tensor  # (..., h) ||(X - 1 xbar) wv_l wo_l|| (rows of dP, d^2P sum to 0) or ||(X wv_l + bv_l) wo_l||
     vo: Tensor  # (h,) ||wv_l wo_l||
     dh: int
     rows: lofast_refined.RowTerms  # the per-row softmax terms of c_l(eps)
@@ -66,11 +66,12 @@ class CurvatureTerms:
 def curvature_terms(X: Tensor, w: AttentionWeights, m: Tensor, causal: bool = False,
                     xvo: Tensor = None, rows: lofast_refined.RowTerms = None) -> CurvatureTerms:
     """The ingredients of K(eps) at X (..., n, d): m (..., h) is ||M_l(X)|| or an upper estimate of it; xvo and rows
-    are computed unless given (harness.bounds.lofast.delta22, lofast_refined.row_terms)."""
-    from harness.bounds.lofast import delta22
+    are computed unless given (harness.bounds.lofast.centered_value_norm, lofast_refined.row_terms)."""
+    from harness.bounds.lofast import centered_value_norm
 
     w = prepare(X, w)
-    return CurvatureTerms(m=m, b=w.B_norm(), xvo=delta22(X, w, 0.0) if xvo is None else xvo, vo=w.VO_norm(),
+    xvo = centered_value_norm(X, w) if xvo is None else xvo
+    return CurvatureTerms(m=m, b=w.B_norm(), xvo=xvo, vo=w.VO_norm(),
                           dh=w.dh, rows=lofast_refined.row_terms(X, w, causal) if rows is None else rows)
 
 

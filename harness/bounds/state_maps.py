@@ -22,14 +22,15 @@ def refined_c(s: InputState) -> Tensor:
     return lofast_refined.constant_at_zero(s.P)
 
 
-def lofast_limit(m_attr: str, c, heads: bool):
+def lofast_limit(m_attr: str, c, heads: bool, centered: bool = False):
     """Theorem 1's eps -> 0 limit (lofast.theorem1_limit) at the state, m_l = the state's `m_attr`. heads: per head,
     with the single-head zeta_l = ||P_l|| ||VO_l|| (Kronecker norm); else the layer's, with zeta
     (= lofast.lipschitz_upper(residual=False)). c: the softmax constant, a number or a function of the state
-    giving (..., h)."""
+    giving (..., h). centered: the values' norm about the mean token (ours: dP's rows sum to 0)."""
     def fn(s: InputState) -> Tensor:
         d1 = s.P_norm * s.VO_norm if heads else s.zeta
-        return lofast.theorem1_limit(d1, getattr(s, m_attr), s.value_norm, s.w.dh, c(s) if callable(c) else c, heads)
+        v = s.value_norm_centered if centered else s.value_norm
+        return lofast.theorem1_limit(d1, getattr(s, m_attr), v, s.w.dh, c(s) if callable(c) else c, heads)
 
     return fn
 
