@@ -72,3 +72,17 @@ def test_block_verdict_is_decided_on_text_by_the_true_constant():
     assert "**reproduced**" in text and "true 0.25, estimator 0.35" in text and "over-states the slope in 1 of 1" in text
     flat = pd.DataFrame([dict(r, lipschitz_block=1.0) if r["inputs"] == "text" else r for r in rows])
     assert "**not reproduced**" in block_verdict(flat)
+
+
+def _c(vo_norm, cert):
+    return dict(kind="curve", bound="fine", eps=0.1, layers=2, heads=8, patch=7, vo_norm=vo_norm,
+                certified_acc=cert, clean_acc=0.7)
+
+
+def test_constraint_verdict_compares_c_one_with_the_same_architecture():
+    from experiments.lofast.figures.constraint import constraint_verdict
+
+    assert "**reproduced**" in constraint_verdict(pd.DataFrame([_c(0.5, 0.3), _c(1.0, 0.01)]), 0.1)
+    assert "**partly reproduced**" in constraint_verdict(pd.DataFrame([_c(0.5, 0.3), _c(1.0, 0.2)]), 0.1)
+    assert "**not reproduced**" in constraint_verdict(pd.DataFrame([_c(0.5, 0.3), _c(1.0, 0.4)]), 0.1)
+    assert constraint_verdict(pd.DataFrame([_c(0.5, 0.3)]), 0.1) == ""
