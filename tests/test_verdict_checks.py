@@ -69,7 +69,8 @@ def test_block_verdict_is_decided_on_text_by_the_true_constant():
             rows.append(dict(model="minilm", pretrained=True, layer=5, inputs=inputs, n=n,
                              lipschitz_block=n ** true, paper_estimator=n ** est))
     text = block_verdict(pd.DataFrame(rows))
-    assert "**reproduced**" in text and "true 0.25, estimator 0.35" in text and "over-states the slope in 1 of 1" in text
+    assert "**reproduced**" in text and "true 0.25, estimator 0.35" in text
+    assert "over-states the slope in 1 of 1" in text
     flat = pd.DataFrame([dict(r, lipschitz_block=1.0) if r["inputs"] == "text" else r for r in rows])
     assert "**not reproduced**" in block_verdict(flat)
 
@@ -86,3 +87,40 @@ def test_constraint_verdict_compares_c_one_with_the_same_architecture():
     assert "**partly reproduced**" in constraint_verdict(pd.DataFrame([_c(0.5, 0.3), _c(1.0, 0.2)]), 0.1)
     assert "**not reproduced**" in constraint_verdict(pd.DataFrame([_c(0.5, 0.3), _c(1.0, 0.4)]), 0.1)
     assert constraint_verdict(pd.DataFrame([_c(0.5, 0.3)]), 0.1) == ""
+
+
+def test_key_bias_changes_neither_the_map_nor_its_jacobian():
+    """Remark E.1 on random weights with non-zero biases: P and f equal to rounding, and the dense float64
+    Jacobian's spectral norm equal, with and without b_K; removing b_Q does change them (the check can fail)."""
+    import dataclasses
+
+    import torch
+
+    from harness.kernels.attention import AttentionWeights, attention, probs
+
+    g = torch.Generator().manual_seed(0)
+    h, d, dh, n = 2, 6, 3, 5
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    w = AttentionWeights(r(h, d, dh), r(h, d, dh), r(h, d, dh), r(h, dh, d), bq=r(h, dh), bk=r(h, dh), bv=r(h, dh),
+                         bo=r(d))
+    X = r(n, d)
+    no_bk, no_bq = dataclasses.replace(w, bk=None), dataclasses.replace(w, bq=None)
+
+    def jac_norm(ww):
+        J = torch.autograd.functional.jacobian(lambda x: attention(x, ww), X).reshape(n * d, n * d)
+        return float(torch.linalg.matrix_norm(J, ord=2))
+
+    assert float((probs(X, w) - probs(X, no_bk)).abs().max()) < 1e-14
+    assert float((attention(X, w) - attention(X, no_bk)).abs().max()) < 1e-12
+    assert abs(jac_norm(w) - jac_norm(no_bk)) < 1e-10 * jac_norm(w)
+    assert float((probs(X, w) - probs(X, no_bq)).abs().max()) > 1e-3
+
+
+def test_biases_verdict_fails_when_the_key_bias_matters():
+    from experiments.castin.figures.biases import biases_verdict
+
+    row = dict(model="minilm", pretrained=True, corpus="alice", has_bk=True, max_dp=1e-15, rel_df=1e-15,
+               lipschitz=2.0, lipschitz_no_bk=2.0)
+    assert "**reproduced**" in biases_verdict(pd.DataFrame([row]))
+    assert "**not reproduced**" in biases_verdict(pd.DataFrame([dict(row, max_dp=0.1)]))
+    assert "**not reproduced**" in biases_verdict(pd.DataFrame([dict(row, lipschitz_no_bk=2.1)]))

@@ -18,7 +18,8 @@ def test_verdict_label_reads_each_verdict_of_a_summary():
 def test_headline_carries_the_verdict_and_never_claims_one():
     assert plotting.headline("Castin et al. 2024, Fig. 1", "not reproduced") == \
         "Castin et al. 2024, Fig. 1: verdict not reproduced"
-    assert plotting.headline("Reproduces JaSMin Fig. 4", "partly reproduced") == "JaSMin Fig. 4: verdict partly reproduced"
+    assert plotting.headline("Reproduces JaSMin Fig. 4", "partly reproduced") == \
+        "JaSMin Fig. 4: verdict partly reproduced"
     assert plotting.headline("JaSMin Fig. 4", "") == "Checks JaSMin Fig. 4"
     assert plotting.headline("Measures the cost", "") == "Measures the cost"
     with plotting.verdict("partly reproduced"):
