@@ -17,7 +17,7 @@ from experiments.jasmin import common
 from tests._harness_fakes import registered_fakes
 
 PAPER_EXPS = {"lofast_certified", "lofast_text", "castin_sqrt_n", "castin_sqrt_n_block", "castin_sqrt_n_adversarial",
-              "castin_biases",
+              "castin_biases", "jasmin_gamma_one",
               "castin_gamma", "jasmin_sweep", "jasmin_heatmaps", "jasmin_jacobian_norm", "jasmin_overhead",
               "jasmin_attention_maps", "bound_leaderboard", "lofast_ablation", "lofast_input_norm", "lofast_tightness",
               "lofast_tightness_regime", "jasmin_g1_ratio", "jasmin_jsm_rows", "castin_magnitude",

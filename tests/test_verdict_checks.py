@@ -124,3 +124,18 @@ def test_biases_verdict_fails_when_the_key_bias_matters():
     assert "**reproduced**" in biases_verdict(pd.DataFrame([row]))
     assert "**not reproduced**" in biases_verdict(pd.DataFrame([dict(row, max_dp=0.1)]))
     assert "**not reproduced**" in biases_verdict(pd.DataFrame([dict(row, lipschitz_no_bk=2.1)]))
+
+
+def test_gamma_one_rows_are_exact_and_the_verdict_names_p_equal_k():
+    """Uniform on k entries: g_1 = 1/k, g_k = (1/k)(1 - 1/k) (x_(k+1) = 0), so §4's range k <= p fails at p = k."""
+    from types import SimpleNamespace
+
+    from experiments.jasmin.figures.gamma_one import gamma_one_verdict
+    from experiments.jasmin.gamma_one import JasminGammaOne
+
+    rows = JasminGammaOne().run({"n": [6], "k": [3], "samples": 50}, SimpleNamespace(seed=0))
+    u = {r["p"]: r for r in rows if r["kind"] == "uniform_top_p"}
+    assert abs(u[3]["g1"] - 1 / 3) < 1e-15 and abs(u[3]["gk"] - (1 / 3) * (2 / 3)) < 1e-15
+    assert all(u[p]["gap"] < 1e-15 for p in (1, 4, 5, 6)) and u[2]["gk"] == 0.0
+    text = gamma_one_verdict(pd.DataFrame(rows))
+    assert "**partly reproduced**" in text and "exactly the p = k ones (1)" in text
