@@ -39,8 +39,8 @@ def gamma_one_verdict(table) -> str:
     at_k_ok = bool((at_k["gap"] <= EQ_TOL).all())
     rnd = (f" No random distribution reaches g_1 = g_k: the smallest g_1 / g_k - 1 over {len(r)} (n, k) settings "
            f"is {float(r['gap'].min()):.2e} (App. D's necessary condition is not contradicted)." if len(r) else "")
-    return (f"Verdict (§4 with App. D: g_1 = g_k exactly for the one-hot and for every distribution uniform on its top "
-            f"p entries, k <= p <= n; scope: exact g_1, g_k in float64 for n = "
+    return (f"Verdict (§4 with App. D: g_1 = g_k exactly for the one-hot and for every distribution uniform on its "
+            f"top p entries, k <= p <= n; scope: exact g_1, g_k in float64 for n = "
             + ", ".join(str(n) for n in sorted(u["n"].unique())) + ", k = "
             + ", ".join(str(k) for k in sorted(u["k"].unique())) + f"): **{word}**: g_1 = g_k (to {EQ_TOL:g}) at "
             f"{int(eq.sum())} of {len(u)} uniform top-p distributions; of those §4 names, it fails at {len(fail)}"
