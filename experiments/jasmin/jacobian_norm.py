@@ -76,7 +76,7 @@ def _verdict(table) -> str:
     per = table.groupby(["method", "train_seed"])["jacobian_norm"].median()
     base = [m for m in per.index.get_level_values(0).unique() if str(m).lower().startswith("baseline")]
     if not base:
-        return "Verdict: not determined (no baseline at this scale)."
+        return "Verdict: **not determined** (no baseline at this scale)."
     b = per.loc[base[0]]
     lo, hi = float(b.min()), float(b.max())
 

@@ -100,7 +100,7 @@ def _verdict(o) -> str:
     pick = lambda rows, p: [float(v) for m, v in rows if str(m).startswith(p)]
     jas, spec = pick(med.items(), "JaSMin"), pick(med.items(), "Specformer")
     if not jas:
-        return "Verdict: not determined (JaSMin not timed at this scale)."
+        return "Verdict: **not determined** (JaSMin not timed at this scale)."
     every = pick(zip(o["method"], o["overhead"]), "JaSMin")
     word = "reproduced" if max(jas) <= LIGHTWEIGHT else "not reproduced"
     spec_txt = (f" For context (not part of the claim): Specformer's per-setting medians {100 * min(spec):+.0f} to "

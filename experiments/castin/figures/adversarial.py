@@ -146,7 +146,7 @@ def adversarial_verdict(panels, models: str = "") -> str:
     heads ('ratio'). models: the stand-ins, named in the scope."""
     free = [p for p in panels if not p["masked"]]
     if not free:
-        return "Verdict: not determined (no unmasked panel)."
+        return "Verdict: **not determined** (no unmasked panel)."
     head, lb = [p["head"] for p in free], [p["lb"] for p in free]
     ratio = min(p["ratio"] for p in free)
     fit_free = [p for p in free if np.isfinite(p["map"])]

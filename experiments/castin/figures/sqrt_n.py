@@ -176,7 +176,7 @@ def _real_verdict(slopes) -> str:
     e = [s[1] for s in slopes if s[0]]
     t = [s[2] for s in slopes if s[0]]
     if not e:
-        return "Verdict: not determined (no pretrained model in this run)."
+        return "Verdict: **not determined** (no pretrained model in this run)."
     word = "partly reproduced" if min(e) <= 0.25 <= max(e) else "not reproduced"
     out = (f"Verdict (paper: ~n^0.25 on real data, with its estimator): **{word}**. On the pretrained model the "
            f"authors' estimator grows as n^{min(e):.2f} to n^{max(e):.2f} over the panels, the true ||Df(X)|| as "

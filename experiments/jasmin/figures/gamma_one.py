@@ -29,7 +29,7 @@ def gamma_one_verdict(table) -> str:
     u = table[table["kind"] == "uniform_top_p"]
     r = table[table["kind"] == "random"]
     if not len(u):
-        return "Verdict: not determined (no uniform top-p rows)."
+        return "Verdict: **not determined** (no uniform top-p rows)."
     eq = u["gap"] <= EQ_TOL
     claimed = u[u["in_set"].astype(bool)]
     fail = claimed[claimed["gap"] > EQ_TOL]

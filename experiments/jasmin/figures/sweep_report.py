@@ -158,7 +158,7 @@ def verdict(acc, dataset: str = "fashion_mnist") -> str:
             out.append(f"{name} (95 % half-width {half:.1f}, {int(j['seeds'])} vs {int(b['seeds'])} seeds; "
                          f"paper {paper})")
     if not parts and not spec_parts:
-        return "Verdict: the baseline or the JaSMin rows are missing at this scale."
+        return "Verdict: **not determined** (the baseline or the JaSMin rows are missing at this scale)."
     known = [c for c in calls if c is not None]
     word = ("not determined (one training seed)" if not known else
             ("reproduced" if len(known) == len(calls) else "reproduced where determined") if all(known)
