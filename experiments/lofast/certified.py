@@ -79,9 +79,10 @@ class LofastCertified(Experiment):
             "certified trade-off over layers, heads and the ||W^V||, ||W^O|| fraction. Here: Fashion-MNIST (28x28, 7x7 "
             "patches, d = 64; L2-h8-c0.5 also at 4x4 and 14x14 patches for Fig. 2's patch-size axis), a few "
             "epochs on a shared 2-core CPU, the first test points only (clean accuracy in "
-            "parentheses: the whole test split used). eps is the l2 radius in [0, 1] pixel units. Our choices where "
-            "the paper is silent: exact spectral normalization for every linear map (the constraint holds exactly, "
-            "so the certificate never trusts an estimate), SLL feed-forward layers, and the residual taken after "
-            "LayerProject(1) so each block is 1-Lipschitz maps around eq. (3) with H = I. 'violations' counts "
-            "certified points broken by PGD (must be 0). Beyond the paper: exact ||M_l|| (fine) and the softmax "
-            "constant 1/2 (sharp) next to xi (coarse, the paper's practical bound) and eq. 9 (naive)."])
+            "parentheses: the whole test split used); the paper's SVHN certification runs only at --scale paper "
+            "(`attnlip data fetch svhn`; SVHN is not reachable here). eps is the l2 radius in [0, 1] pixel units. "
+            "Our choices where the paper is silent: exact spectral normalization for every linear map (the constraint "
+            "holds exactly, so the certificate never trusts an estimate), SLL feed-forward layers, and the residual "
+            "taken after LayerProject(1) so each block is 1-Lipschitz maps around eq. (3) with H = I. 'violations' "
+            "counts certified points broken by PGD (must be 0). Beyond the paper: exact ||M_l|| (fine) and the softmax"
+            " constant 1/2 (sharp) next to xi (coarse, the paper's practical bound) and eq. 9 (naive)."])

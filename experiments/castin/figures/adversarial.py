@@ -209,7 +209,12 @@ def sqrt_n_adversarial_summary(table) -> str:
                    f"{fmt_fit(fb)} | {np.nanmedian(per_head):.2f} | {fmt_fit(fh)} | {fmt_fit(flb)} | "
                    f"{fb['const_sqrt']:.3g} / {fh['const_sqrt']:.3g} | "
                    f"{fmt_fit(loglog_fit(gb['n'], gb['paper_estimator']))} | {lb_ratio} |")
-    out.append("\n" + adversarial_verdict(panels, _stand_ins(table)) + radius_note(table))
+    bert = table[(table["model"] == "bert-base-uncased") & table["pretrained"].astype(bool)]
+    constants = "" if len(bert) else (
+        " The paper's constants for pretrained BERT (4.39 and 5.73 at R = 15.5 / 21.5) need its weights, not "
+        "reachable here: `hf download bert-base-uncased`, then `python run_all.py castin_sqrt_n_adversarial --scale "
+        "paper` (column 'C in C sqrt(n)').")
+    out.append("\n" + adversarial_verdict(panels, _stand_ins(table)) + constants + radius_note(table))
     out.append(f"""
 **What differs from the paper and why.**
 {differs_models(table)}
