@@ -227,7 +227,7 @@ def _summary(table) -> str:
               + _recipe(table) + "PGD with "
               f"{grid_values(table, 'pgd_steps')} steps (paper: 4) on {grid_values(table, 'n_eval')} test "
               "images and AutoAttack = APGD-CE + APGD-T (10 steps, torchattacks) on a subset instead of the full "
-              f"ensemble; paper rows without a run here: {len(missing)} of the {tname}'s {len(ref)}"
+              f"ensemble; paper rows without a run here: {len(missing)} of {tname}'s {len(ref)}"
               + (f" ({', '.join(missing)}; k = 30 needs more tokens than patch 7 gives, the others are left out "
                  "to keep the full run within 2.5 h on 2 cores; `--scale paper` runs every row)" if missing else "")
               + "; at full scale three training seeds for the Table 1 comparison, one for the rest (the "
