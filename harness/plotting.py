@@ -6,6 +6,7 @@ quantity looks the same across experiments: use `color("castin")` etc.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
@@ -217,11 +218,41 @@ def outside_legend(fig: plt.Figure, ncol: Optional[int] = None, handles=None, la
                       bbox_transform=fig.transFigure)
 
 
+# The verdict of the experiment whose figures are being drawn ("partly reproduced", ...), as its summary states
+# it: harness.run.outputs.render_figures sets it around exp.figures, so every title carries the README's verdict.
+VERDICT = {"label": ""}
+
+
+@contextmanager
+def verdict(label: str):
+    """Figures drawn inside carry `label` ('' for none) as the verdict in their titles."""
+    before = VERDICT["label"]
+    VERDICT["label"] = label
+    try:
+        yield
+    finally:
+        VERDICT["label"] = before
+
+
+def headline(ref: str, label: Optional[str] = None) -> str:
+    """'<paper figure>: verdict <label>' (the experiment's verdict, never a claim it does not make); without a
+    verdict 'Checks <paper figure>'. A ref that already says what it does (Extends / Measures / Checks) keeps its
+    verb; a leading 'Reproduces' is dropped, since only the verdict may say so."""
+    label = VERDICT["label"] if label is None else label
+    verb, _, rest = ref.partition(" ")
+    if verb == "Reproduces":
+        ref, verb = rest, ""
+    if label:
+        return f"{ref}: verdict {label}"
+    return ref if verb in ("Extends", "Checks", "Measures") else f"Checks {ref}"
+
+
 def finish(fig: plt.Figure, outdir, stem: str, ref: str, title: str = "", note: str = "",
            legend: bool = True, ncol: Optional[int] = None) -> List[Path]:
-    """Title ('<title>' over 'Reproduces <ref>'), one legend under the panels, the substitutions / codes as a
-    footnote under everything, then save() -> [png, pdf]. `ref` is the paper figure (figures_ref entry)."""
-    head = ref if ref.split(" ", 1)[0] in ("Reproduces", "Extends", "Checks", "Measures") else f"Reproduces {ref}"
+    """Title ('<title>' over '<ref>: verdict <verdict>', see headline), one legend under the panels, the
+    substitutions / codes as a footnote under everything, then save() -> [png, pdf]. `ref` is the paper figure
+    (figures_ref entry)."""
+    head = headline(ref)
     fig.suptitle(f"{title}\n{head}" if title else head, fontsize=9)
     if legend:
         outside_legend(fig, ncol=ncol)

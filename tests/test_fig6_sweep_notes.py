@@ -104,7 +104,7 @@ def test_accuracy_figure_splits_the_paper_columns_and_names_the_pgd_steps(finish
     t = _sweep(10)
     accuracy_figure(t, acc_table(t), tmp_path)
     (_, head, _, note), = finished
-    assert "(left of the dashed line) and extends them (right of it)" in head
+    assert "(left of the dashed line; right of it: beyond the paper)" in head and "Reproduces" not in head
     assert ("right of it, ours beyond them: FGSM l_inf 8/255, PGD l_inf 8/255, PGD l2 0.5." in note
             and "PGD here: 10 steps, the paper's tables: 4 steps" in note)
     assert "PGD here: 4 steps, as in the paper." in steps_note(_sweep(4), ["clean"], [])

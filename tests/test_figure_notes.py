@@ -98,7 +98,7 @@ WITH_VERDICT = ["castin_radius_edge", "castin_radius_quadratic", "castin_radius_
                 "jasmin_g1_ratio", "jasmin_interlacing", "jasmin_jsm_rows", "jasmin_softmax", "jasmin_attention_maps",
                 "jasmin_jacobian_norm", "jasmin_sweep", "bound_leaderboard", "castin_sqrt_n", "lofast_certified",
                 "lofast_ablation", "lofast_input_norm", "jasmin_heatmaps", "jasmin_overhead", "castin_magnitude",
-                "lofast_text"]
+                "lofast_text", "castin_sqrt_n_block", "castin_sqrt_n_adversarial", "castin_gamma"]
 
 
 @pytest.mark.parametrize("name", WITH_VERDICT)

@@ -98,7 +98,7 @@ def test_substitute_chosen_offline_with_one_line(offline, capsys):
                                             r"for lofast_certified, lofast_ablation", lines[0])
     p = runner.plan("lofast_certified", runner.RunConfig(results_dir=offline / "r"), verify=False)
     assert {t.cell["dataset"] for t in p.tasks} == {"fashion_mnist"}
-    assert sorted(t.cell["patch"] for t in p.tasks) == [4, 7, 7, 7, 7, 7, 14]  # the patch count kept
+    assert sorted(t.cell["patch"] for t in p.tasks) == [4, 7, 7, 7, 7, 7, 7, 14]  # the patch count kept
     assert {t.used for t in p.tasks} == {"fashion_mnist (substitute for cifar10)"}
 
 
@@ -106,7 +106,7 @@ def test_paper_data_chosen_when_it_resolves(offline, monkeypatch):
     monkeypatch.setenv("ATTNLIP_DATA", str(_fake_cifar10(offline / "mirror")))
     p = runner.plan("lofast_certified", runner.RunConfig(results_dir=offline / "r"), verify=False)
     assert {t.cell["dataset"] for t in p.tasks} == {"cifar10"} and not p.substituted
-    assert sorted(t.cell["patch"] for t in p.tasks) == [4, 8, 8, 8, 8, 8, 16]
+    assert sorted(t.cell["patch"] for t in p.tasks) == [4, 8, 8, 8, 8, 8, 8, 16]
     assert {t.data_source for t in p.tasks} == {"mirror:cifar10"} and {t.used for t in p.tasks} == {"cifar10 (paper)"}
 
 

@@ -85,22 +85,28 @@ class JasminOverhead(common.LayersExperiment):
             " (one training seed)") for m, n in g.count().items()]
         return ("Regularizer overhead per training step (interleaved timing, batch 128; the figure's bars are the "
                 "same medians, its dots the single seeds): " + "; ".join(parts)
-                + ". The paper reports JaSMin as cheap next to Specformer's power iterations; timings here are "
-                  "on a shared 2-core CPU.\n\n" + _verdict(o))
+                + ". The paper calls JaSMin lightweight (no number, no comparison of cost with Specformer); timings "
+                  "here are on a shared 2-core CPU.\n\n" + _verdict(o))
+
+
+LIGHTWEIGHT = 0.5  # the paper calls JaSMin "lightweight" without a number: here, at most +50 % per training step
 
 
 def _verdict(o) -> str:
-    """JaSMin's mean of per-setting median overheads against Specformer's, beside the spread of single timings
-    (every setting and training seed: the timing noise). o: the interleaved rows (method, overhead)."""
+    """The paper's claim (Sec. 1 and 4: JaSMin is a lightweight regularizer) against the largest per-setting median
+    overhead of JaSMin; Specformer's beside it for context (the paper makes no claim comparing the two's cost).
+    o: the interleaved rows (method, overhead)."""
     med = o.groupby("method")["overhead"].median()
     pick = lambda rows, p: [float(v) for m, v in rows if str(m).startswith(p)]
     jas, spec = pick(med.items(), "JaSMin"), pick(med.items(), "Specformer")
-    if not jas or not spec:
-        return "Verdict: not determined (JaSMin or Specformer not timed at this scale)."
-    mj, ms = sum(jas) / len(jas), sum(spec) / len(spec)
-    every = pick(zip(o["method"], o["overhead"]), "JaSMin") + pick(zip(o["method"], o["overhead"]), "Specformer")
-    word = "partly reproduced" if mj < ms else "not reproduced"
-    return (f"Verdict (JaSMin cheap next to Specformer's power iterations): **{word}**: mean of the per-setting "
-            f"median overheads {100 * mj:+.0f} % for JaSMin against {100 * ms:+.0f} % for Specformer, but single "
-            f"timings (every setting and seed) range {100 * min(every):+.0f} % to {100 * max(every):+.0f} %, so the "
-            f"difference is within the timing noise of a shared 2-core CPU (a GPU run would decide it).")
+    if not jas:
+        return "Verdict: **not determined** (JaSMin not timed at this scale)."
+    every = pick(zip(o["method"], o["overhead"]), "JaSMin")
+    word = "reproduced" if max(jas) <= LIGHTWEIGHT else "not reproduced"
+    spec_txt = (f" For context (not part of the claim): Specformer's per-setting medians {100 * min(spec):+.0f} to "
+                f"{100 * max(spec):+.0f} %." if spec else "")
+    return (f"Verdict (JaSMin is a lightweight regularizer, Sec. 1 and 4; the paper states no number, read here as at "
+            f"most {100 * LIGHTWEIGHT:+.0f} % per training step; scope: one training step of the whole ViT, batch 128, "
+            f"stand-in: the 4-layer Fashion-MNIST ViT on a shared 2-core CPU for the paper's ViT-B on GPUs): "
+            f"**{word}**: JaSMin's per-setting median overheads {100 * min(jas):+.0f} to {100 * max(jas):+.0f} % "
+            f"({len(jas)} settings; single timings {100 * min(every):+.0f} to {100 * max(every):+.0f} %).{spec_txt}")

@@ -70,12 +70,29 @@ class LofastInputNorm(study.StudyExperiment):
                   "the Fashion-MNIST LipViT's first layer instead of a CIFAR-10 ViT."]
         col = "ratio_coarse" if "ratio_coarse" in r else f"ratio_{shown[0]}" if shown else None
         if col is not None and len(r):
-            grows = all(g.sort_values("input_scale")[col].is_monotonic_increasing for _, g in r.groupby("source"))
-            small = r[r.input_scale == r.input_scale.min()][col]
-            big = r[r.input_scale == r.input_scale.max()][col]
-            lines += ["", f"Verdict (tight for controlled ||X||, looser as the input norm grows; the paper's bound "
-                      f"Thm 1 with xi): **{'reproduced' if grows else 'partly reproduced'}**: bound / best lower "
-                      f"bound {small.min():.2f} to {small.max():.2f} at the smallest input scale "
-                      f"({r.input_scale.min():g}), {big.min():.2f} to {big.max():.2f} at the largest "
-                      f"({r.input_scale.max():g}), increasing with the scale for every source: {grows}."]
+            lines += ["", _verdict(r, col)]
         return "\n".join(lines)
+
+
+TIGHT = 1.25  # "tight": the bound within 25 % of the best lower bound (the paper gives no number)
+
+
+def _verdict(r, col: str) -> str:
+    """The paper's claim per source (model layer): tight at the smallest input scale (ratio <= TIGHT) and looser as
+    the scale grows (the ratio increasing with it); reproduced where both hold for every source."""
+    per = []
+    for src, g in r.groupby("source"):
+        g = g.sort_values("input_scale")
+        per.append((src, float(g[col].iloc[0]), float(g[col].iloc[-1]), bool(g[col].is_monotonic_increasing)))
+    tight = [p for p in per if p[1] <= TIGHT]
+    grows = all(p[3] for p in per)
+    word = ("reproduced" if grows and len(tight) == len(per) else "partly reproduced" if grows or tight
+            else "not reproduced")
+    each = "; ".join(f"{src}: {lo:.2f} at scale {r.input_scale.min():g} ({'tight' if lo <= TIGHT else 'not tight'}), "
+                     f"{hi:.2f} at {r.input_scale.max():g}, increasing: {inc}" for src, lo, hi, inc in per)
+    return (f"Verdict (tight for controlled ||X||, looser as the input norm grows; the paper's bound Thm 1 with xi; "
+            f"scope: one attention layer with its residual, per source; stand-ins: the Fashion-MNIST LipViT's first "
+            f"layer for the paper's CIFAR-10 ViT, and MiniLM beside it; tight read as bound / best lower bound <= "
+            f"{TIGHT:g}): **{word}**: tight at the smallest scale for {len(tight)} of {len(per)} sources, looser as "
+            f"the scale grows for {'every' if grows else 'not every'} source ({each}).")
+

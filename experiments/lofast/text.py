@@ -77,11 +77,12 @@ def _verdict(table) -> str:
     acc = table.groupby("vo_norm")["test_acc_full"].mean()
     viol = int(table.loc[table["violations"] > 0, "violations"].sum()) if "violations" in table else 0
     if len(acc) < 2:
-        return "Verdict: not determined (one regularity level at this scale)."
+        return "Verdict: **not determined** (one regularity level at this scale)."
     spread = float(acc.max() - acc.min())
     word = "partly reproduced" if spread <= 0.03 and viol == 0 else "not reproduced"
     return (f"Verdict (regularity barely costs clean accuracy; certified radii comparable to prior l2 work on "
-            f"embeddings): **{word}**: full-test accuracy {acc.min():.3f} to {acc.max():.3f} over ||W^V W^O|| "
+            f"embeddings; scope: the whole certified text model; stand-in: our LipText on SST-2 with MiniLM's word "
+            f"embeddings, for the paper's models): **{word}**: full-test accuracy {acc.min():.3f} to {acc.max():.3f} over ||W^V W^O|| "
             f"levels {', '.join(f'{v:g}' for v in acc.index)} (spread {100 * spread:.1f} points; 3 or fewer counts "
             f"as barely), {viol} certified points broken by PGD; the comparison with prior l2 work is not made here "
             f"(no such numbers in this repository), hence partly.")

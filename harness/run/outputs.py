@@ -46,6 +46,14 @@ def write_csv(outdir: Path, text: str) -> Path:
 STAGING = ".figures-staging-"  # + pid: figures are rendered here, then moved into figures/ one by one
 
 
+def _summary_text(exp, table) -> str:
+    """The experiment's summary of the table ('' when it fails: the README names that failure, figures still draw)."""
+    try:
+        return exp.summary(table.copy()) or ""
+    except Exception:  # noqa: BLE001 - a broken summary must not block the figures
+        return ""
+
+
 def render_figures(exp, table, outdir: Path) -> List[str]:
     """Render exp.figures into a staging folder beside figures/, then move each file into figures/ with os.replace
     and only then remove the figures the new set no longer has: a kill at any instant leaves every committed figure
@@ -66,7 +74,11 @@ def render_figures(exp, table, outdir: Path) -> List[str]:
         import matplotlib
 
         matplotlib.use("Agg")
-        paths = exp.figures(table.copy(), stage) or []
+        from .. import plotting
+        from ..report import verdict_label
+
+        with plotting.verdict(verdict_label(_summary_text(exp, table))):
+            paths = exp.figures(table.copy(), stage) or []
         made = [f for f in sorted(stage.rglob("*")) if f.is_file()]
         figdir.mkdir(exist_ok=True)
         for f in made:

@@ -71,13 +71,44 @@ def block_summary(table) -> str:
                     "whatever n (the flat tail of 'slope attn alone'); at small n the rows are peaked and the softmax "
                     "term adds to it, hence the drop over the first tens of tokens (docs/notes/castin-exp.md: "
                     "pretrained MiniLM layer 5 settles at 2.9, and ||sum_l W_V,l W_O,l|| = 2.89 there)."]
-    rnd = table[(table["inputs"] == "random_tokens") & table["pretrained"].astype(bool)]
-    if len(rnd):
-        st = loglog_fit(rnd["n"], rnd["lipschitz_block"])["slope"]
-        se = loglog_fit(rnd["n"], rnd["paper_estimator"])["slope"]
-        out += ["", f"Verdict: on fixed-norm random tokens (pretrained panels pooled) the true constant has slope {st:.2f} "
-                    f"and the authors' estimator {se:.2f}: the published ~n^0.25 is "
-                    + ("reproduced as an estimator artifact (LayerNorm fixes ||F(X)||_F ~ sqrt(n), and the "
-                       "estimator grows with it)" if se - st > 0.1 else "not explained by the estimator here")
-                    + "."]
+    out += ["", block_verdict(table)]
     return "\n".join(out)
+
+
+PAPER_SLOPE, SLOPE_TOL = 0.25, 0.1  # the paper's ~n^0.25; a true slope within 0.1 of it counts as reproduced
+
+
+def block_verdict(table) -> str:
+    """The paper's claim (the post-LN block's constant grows ~n^0.25 on real text, pretrained BERT-base, measured
+    with the authors' estimator) decided on the true constant of each pretrained text panel; the estimator's slope
+    beside it says how much of the published growth is the estimator's, and fixed-norm random tokens (inputs the
+    paper did not use) are kept apart as a check of the estimator alone."""
+    pre = table[table["pretrained"].astype(bool)]
+    text = pre[pre["inputs"] == "text"]
+    if not len(text):
+        return ("Verdict (Fig. 1, real data: the post-LN block's constant grows ~n^0.25 on text): **not determined** "
+                "(no pretrained model on text in this run; with random weights the estimator is rounding noise).")
+    panels = []
+    for (model, layer), g in text.groupby(["model", "layer"], sort=False):
+        st, se = (loglog_fit(g["n"], g[c])["slope"] for c in ("lipschitz_block", "paper_estimator"))
+        panels.append((f"{_name(g)} layer {layer}", st, se))
+    near = [p for p in panels if abs(p[1] - PAPER_SLOPE) <= SLOPE_TOL]
+    word = "reproduced" if len(near) == len(panels) else "partly reproduced" if near else "not reproduced"
+    each = "; ".join(f"{name}: true {st:.2f}, estimator {se:.2f}" for name, st, se in panels)
+    models = ", ".join(dict.fromkeys(_name(g) for _, g in text.groupby("model")))
+    over = [f"{name} by {se - st:.2f}" for name, st, se in panels if se - st > 0.05]
+    real = [f"{name} ({st:.2f})" for name, st, _ in panels if st > 0.05]
+    out = (f"Verdict (Fig. 1, real data: the post-LN block LN(X + attn(X))'s constant grows ~n^0.25 on text; scope: "
+           f"the layer as the authors measured it, Alice text; stand-in: {models} pretrained for the paper's "
+           f"pretrained BERT-base, whose weights did not run here): **{word}**: the true slope is within "
+           f"{SLOPE_TOL:g} of {PAPER_SLOPE:g} in {len(near)} of {len(panels)} panels ({each}). The authors' "
+           f"estimator over-states the slope in {len(over)} of {len(panels)} panels ({', '.join(over) or 'none'}); "
+           f"the growth that remains is real in {', '.join(real) or 'no panel'}.")
+    rnd = pre[pre["inputs"] == "random_tokens"]
+    if len(rnd):
+        st, se = (loglog_fit(rnd["n"], rnd[c])["slope"] for c in ("lipschitz_block", "paper_estimator"))
+        out += (f" On fixed-norm random tokens (not the paper's inputs; pretrained panels pooled) the true constant "
+                f"has slope {st:.2f} and the estimator {se:.2f}: there the estimator's growth is "
+                + ("mostly an artifact (LayerNorm fixes ||F(X)||_F ~ sqrt(n), and the estimator grows with it)."
+                   if se - st > SLOPE_TOL else "close to the true constant's."))
+    return out

@@ -253,6 +253,8 @@ def _magnitude_verdict(diffs) -> str:
         return claim + (f"**{'reproduced' if top >= 0.05 else 'not reproduced'}**: on pretrained GPT-2 the magnitude "
                         f"drift explains up to {top:+.3f} of the slope (0.05 or more counts as a speed-up).")
     big = max(diffs.items(), key=lambda kv: abs(kv[1])) if diffs else None
-    return claim + "**not applicable** to the paper's model, which did not run here (pretrained GPT-2)" + (
+    return claim + ("**not applicable** to the paper's model, which did not run here (pretrained GPT-2: its weights "
+                    "are not reachable; with them, `hf download gpt2` then `python run_all.py castin_magnitude --scale "
+                    "paper`)") + (
         f"; the magnitude drift explains at most {abs(big[1]):.3f} of a slope on the models that ran ({big[0][0]}, "
         f"layer {big[0][1]}), so on them magnitudes do not drive the growth." if big else ".")

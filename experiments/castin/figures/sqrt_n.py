@@ -102,12 +102,15 @@ def sqrt_n_real_summary(table) -> str:
            "| model | layer | mask | corpus | n | slope ours | slope paper estimator | slope Thm 3.3 | "
            "median Lip at n max | median paper est. at n max | Thm 3.3 / Lip at n max | R mean |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    slopes = []  # (pretrained, estimator slope, true slope, RoPE) per panel, for the verdict
+    from experiments.figures.common import model_name
+
+    slopes = []  # (pretrained, estimator slope, true slope, RoPE, model name) per panel, for the verdict
     for k, g in table.groupby(["model", "layer", "masked", "corpus"], sort=False):
         nmax = g["n"].max()
         top = g[g["n"] == nmax]
         f_lip, f_est = loglog_fit(g["n"], g["lipschitz"]), loglog_fit(g["n"], g["paper_estimator"])
-        slopes.append((bool(g["pretrained"].iloc[0]), f_est["slope"], f_lip["slope"], _is_rope(g)))
+        slopes.append((bool(g["pretrained"].iloc[0]), f_est["slope"], f_lip["slope"], _is_rope(g),
+                       model_name(k[0], bool(g["pretrained"].iloc[0]))))
         ratio = "n/a (RoPE)" if _is_rope(g) else f"{(top['bound_castin'] / top['lipschitz']).median():.3g}"
         out.append(f"| {k[0]}{random_tag(g)} | {k[1]} | {'causal' if g['causal'].iloc[0] else 'none'} | {k[3]} | "
                    f"{g['n'].min()}-{nmax} | {fmt_fit(f_lip)} | {fmt_fit(f_est)} | "
@@ -171,17 +174,23 @@ def positions_note(table) -> str:
 
 
 def _real_verdict(slopes) -> str:
-    """One line: the published ~n^0.25 (the authors' estimator) against our estimator and true slopes.
-    slopes: (pretrained, estimator slope, true slope) per panel."""
-    e = [s[1] for s in slopes if s[0]]
-    t = [s[2] for s in slopes if s[0]]
-    if not e:
-        return "Verdict: not determined (no pretrained model in this run)."
-    word = "partly reproduced" if min(e) <= 0.25 <= max(e) else "not reproduced"
-    out = (f"Verdict (paper: ~n^0.25 on real data, with its estimator): **{word}**. On the pretrained model the "
-           f"authors' estimator grows as n^{min(e):.2f} to n^{max(e):.2f} over the panels, the true ||Df(X)|| as "
-           f"n^{min(t):.2f} to n^{max(t):.2f}: the growth is real in the last layer but smaller than the estimator "
-           "says (castin_sqrt_n_block: on the authors' LN(X + attn(X)) map the published slope is the estimator's).")
+    """The paper's claim (the constant grows ~n^0.25 on real data) decided on the true slope of each pretrained
+    panel (within 0.1 of 0.25), with the authors' estimator beside it (the published slope is the estimator's).
+    slopes: (pretrained, estimator slope, true slope, RoPE, model name) per panel."""
+    pre = [s for s in slopes if s[0]]
+    if not pre:
+        return "Verdict: **not determined** (no pretrained model in this run)."
+    e, t = [s[1] for s in pre], [s[2] for s in pre]
+    near = [s for s in pre if abs(s[2] - 0.25) <= 0.1]
+    over = [s for s in pre if s[1] - s[2] > 0.05]
+    word = "reproduced" if len(near) == len(pre) else "partly reproduced" if near else "not reproduced"
+    names = ", ".join(dict.fromkeys(s[4] for s in pre))
+    out = (f"Verdict (Fig. 1, real data: the self-attention layer's constant grows ~n^0.25; scope: the layer with "
+           f"W^O and biases, per panel (layer, mask, corpus); stand-in: pretrained {names} for the paper's pretrained "
+           f"BERT-base and GPT-2, whose weights did not run here): **{word}**: the true ||Df(X)|| grows as "
+           f"n^{min(t):.2f} to n^{max(t):.2f} over the {len(pre)} pretrained panels, within 0.1 of 0.25 in "
+           f"{len(near)}; the authors' estimator (the published slope is the estimator's) as n^{min(e):.2f} to "
+           f"n^{max(e):.2f}, above the true slope by more than 0.05 in {len(over)} of them.")
     er, tr = [s[1] for s in slopes if not s[0] and not s[3]], [s[2] for s in slopes if not s[0] and not s[3]]
     if er:
         out += (f" Random-weight BERT-base / GPT-2 (near-uniform attention): true n^{min(tr):.2f} to "

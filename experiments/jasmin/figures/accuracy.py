@@ -79,7 +79,7 @@ def accuracy_figure(table, acc, outdir, stem: str = "jasmin_sweep_accuracy") -> 
         for x, text in (((len(paper_cols) - 1) / 2, f"the paper's Tables 1-4 columns{differ}"),
                         (len(paper_cols) + (len(extra) - 1) / 2, "beyond the paper (ours only)")):
             ax.text(x, 106, text, ha="center", va="center", fontsize=8, fontweight="bold")
-        head = f"Reproduces {head} (left of the dashed line) and extends them (right of it)"
+        head = f"{head} (left of the dashed line; right of it: beyond the paper)"
     seeds = int(acc["seeds"].max()) if "seeds" in acc else 1
     return plotting.finish(fig, outdir, stem, head, f"Accuracy under attack per training regularizer on "
                            f"{dataset_name(table)} (bars: mean, whiskers: std over up to {seeds} training seeds; "

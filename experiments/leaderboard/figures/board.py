@@ -203,7 +203,8 @@ def leaderboard_figures(table, outdir) -> List:
 
 def leaderboard_summary(table) -> str:
     from experiments.leaderboard.figures import heads
-    from experiments.leaderboard.figures.verdict import leaderboard_verdict, ratio_agg, without_constant
+    from experiments.leaderboard.figures.verdict import (leaderboard_verdict, per_head_verdict, ratio_agg,
+                                                         without_constant)
 
     labels = _labels(table)
     agg = ratio_agg(table)
@@ -231,7 +232,7 @@ def leaderboard_summary(table) -> str:
               + "and LoFAST's eps -> 0 limit (not in that paper) is added, on MiniLM, random GPT-2 and small ViTs, "
               "per head and per layer. For causal GPT-2 LoFAST uses our causal option of harness.bounds.lofast "
               "(masked P in zeta; not in the LoFAST paper)."]
-    lines += ["", leaderboard_verdict(table)]
+    lines += ["", leaderboard_verdict(table)] + (["", per_head_verdict(table)] if per_head_verdict(table) else [])
     stats = heads.head_stats(table)
     lines += heads.summary_lines(table, stats)
     const = heads.per_model(stats)
