@@ -1,6 +1,7 @@
 """The paper scale runs the papers' settings: every row of JaSMin's Tables 1-4 in jasmin_sweep's paper grid (each
 one the paper's numbers stand beside), and LoFAST Fig. 1's 4 patches in lofast_tightness's."""
 from harness import catalog
+from harness.run import discovery
 
 
 def _labels(cells, dataset):
@@ -13,7 +14,7 @@ def _labels(cells, dataset):
 def test_jasmin_sweep_paper_grid_runs_every_table_row():
     from experiments.jasmin.figures.sweep_report import PAPER_CIFAR10, PAPER_CIFAR100
 
-    catalog.load_all()
+    discovery.load_all()
     cells = catalog.get_experiment("jasmin_sweep").cells("paper")
     assert len(PAPER_CIFAR100) == len(PAPER_CIFAR10) == 31  # Tables 3 and 4: 1 + 12 Specformer + 18 JaSMin rows
     assert _labels(cells, "cifar100") == set(PAPER_CIFAR100)
@@ -35,7 +36,7 @@ def test_paper_tables_hold_the_paper_s_numbers():
 
 
 def test_lofast_tightness_paper_scale_has_four_patches():
-    catalog.load_all()
+    discovery.load_all()
     cells = catalog.get_experiment("lofast_tightness").cells("paper")
     assert {(c["dataset"], c["patch"]) for c in cells} == {("cifar10", 16)}  # 32 / 16 = 2 x 2 = 4 patches
     cert = {(c["patch"], c["vo_norm"], c["heads"]) for c in catalog.get_experiment("lofast_certified").cells("paper")}
