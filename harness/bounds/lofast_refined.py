@@ -192,10 +192,11 @@ def change_constant(t: RowTerms, eps: Eps, T: Tensor) -> Tensor:
     return torch.where(T[..., 0] > 0, torch.minimum(c, e * weighted(t, eps)[0] / T[..., 0].clamp_min(1e-300)), c)
 
 
-def kappa(c: Union[float, Tensor], top: Union[float, Tensor] = 1.0) -> Union[float, Tensor]:
+def kappa(c: Union[float, Tensor], top: Union[float, Tensor, None] = None) -> Union[float, Tensor]:
     """A bound on ||T(p)[u, u]|| / ||u||^2, T the second derivative of the softmax at p, given ||J_sm(p)|| <= c and
     max_k p_k <= top: sqrt(2 g(top) c + c^2 top), g(x) = x (1 - x)^2 up to x = 1/3 and 4/27 beyond (docs/math.md §1;
-    sqrt(8 c / 27 + c^2) at top = 1; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
+    sqrt(8 c / 27 + c^2) at top = 1, the default; the true supremum over p is sqrt(2/27) = 0.272 at c = 1/2)."""
+    top = 1.0 if top is None else top
     if isinstance(c, Tensor) or isinstance(top, Tensor):
         top = torch.as_tensor(top, dtype=c.dtype if isinstance(c, Tensor) else top.dtype)
         g = torch.where(top <= 1.0 / 3.0, top * (1.0 - top).square(), torch.full_like(top, 4.0 / 27.0))
