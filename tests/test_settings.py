@@ -150,8 +150,8 @@ def _dense_residual_norms(X, w):
 
 def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     """second_order.certified_truth is kernels.layer.truth(residual=True): the same numbers as Lanczos on
-    J_F + I built by hand (a layer above DENSE_MAX), and the dense ||J_F + I|| to the truth's tolerance; below
-    DENSE_MAX the dense route itself, its upper estimate the value padded for rounding."""
+    J_F + I built by hand (a layer above CERT_DENSE_MAX), and the dense ||J_F + I|| to the truth's tolerance; below
+    CERT_DENSE_MAX the dense route itself, its upper estimate the value padded for rounding."""
     from harness.bounds.second_order import certified_truth
     from harness.kernels.krylov import kw_steps
     from harness.kernels.layer import certified_norm, layer_operator, truth_start
@@ -163,7 +163,8 @@ def test_certified_truth_is_the_layer_truth_of_the_residual_map():
     dense_small = _dense_residual_norms(Xs, ws)
     for b in range(Xs.shape[0]):
         assert float(small.value[b]) == pytest.approx(float(dense_small[b]), rel=1e-12)
-    X, w = _layer(n=25, d=16)  # n d = 400 > DENSE_MAX: Lanczos with its KW estimate
+    X, w = _layer(n=65, d=16)  # n d = 1040 > CERT_DENSE_MAX: Lanczos with its KW estimate
+    assert X.shape[-2] * X.shape[-1] > S.CERT_DENSE_MAX
     r = certified_truth(X, w, residual=True)
     mv, rmv = layer_operator(X, w)
     steps = kw_steps(X.shape[-2] * X.shape[-1], S.CERTIFY_EPS, S.FAIL_PROB)
