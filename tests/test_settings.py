@@ -198,8 +198,8 @@ CONVENTIONS = {"dim", "batch_dims", "event_dims", "seed", "head", "k", "products
 # Modules whose numeric defaults still stand in their signatures (their values are listed by the test's message).
 SIGNATURE_DEFAULTS_NOT_YET_IN_SETTINGS = {
     *(f"harness/kernels/{m}.py" for m in ("attention", "deflation", "krylov", "layer", "mixed", "starts")),
-    *(f"harness/bounds/{m}.py" for m in ("castin", "castin_weighted", "input_state", "jasmin", "jasmin_appc", "kim",
-                                          "lofast", "lofast_pgd", "mass_splitting", "registry", "second_order"))}
+    *(f"harness/bounds/{m}.py" for m in ("castin", "castin_weighted", "jasmin", "jasmin_appc", "kim", "lofast",
+                                          "mass_splitting"))}
 
 
 def _numeric_defaults(path: Path):

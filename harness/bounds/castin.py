@@ -29,6 +29,7 @@ from harness.bounds.mass_splitting import (covariance_term, duplicate_tokens, du
 from harness.kernels.attention import AttentionWeights, augment_input, causal_mask, check_input, check_pair
 from harness.kernels.layer import truth as layer_truth
 from harness.kernels.linalg import all_finite
+from harness.settings import ITERS
 
 Tensor = torch.Tensor
 
@@ -342,7 +343,7 @@ def head_attention(Xr: Tensor, w: AttentionWeights, causal: bool = False) -> Ten
 
 
 def head_lipschitz(X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
-                   iters: int = 2000, seed: int = 0) -> Tensor:
+                   iters: int = ITERS, seed: int = 0) -> Tensor:
     """True local Lipschitz constant ||Df_l(X)|| of every head, f_l as head_attention computes it: (..., h).
     The one truth of the toolkit (kernels.layer.truth, tolerance harness.settings.truth_tol)."""
     _check_w(w)

@@ -13,7 +13,7 @@ from harness.bounds import jasmin, lofast, lofast_refined, second_order
 from harness.kernels.attention import AttentionWeights, check_input, probs
 from harness.kernels.layer import truth
 from harness.kernels.linalg import spec
-from harness.settings import CERT_ROUNDING, CERTIFY_EPS, FAIL_PROB, dtype_name
+from harness.settings import CERTIFY_EPS, CERT_ROUNDING, FAIL_PROB, ITERS, dtype_name
 
 Tensor = torch.Tensor
 
@@ -33,7 +33,7 @@ class InputState:
     """
 
     def __init__(self, X: Tensor, w: AttentionWeights, causal: bool = False, tol: Optional[float] = None,
-                 iters: int = 2000, certify: Optional[dict] = None, cast: bool = False):
+                 iters: int = ITERS, certify: Optional[dict] = None, cast: bool = False):
         if not isinstance(w, AttentionWeights):
             raise ValueError(f"w must be an AttentionWeights, got {type(w).__name__}")
         check_input(X, w.d)

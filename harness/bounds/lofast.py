@@ -37,7 +37,7 @@ from harness.kernels import small
 from harness.kernels.krylov import kw_steps
 from harness.kernels.mixed import applies as mixed_applies, lanczos_mixed
 from harness.kernels.power import PowerResult, check_args, default_tol, report_nonconvergence
-from harness.settings import FAIL_PROB, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, SUSPICIOUS_STEPS
+from harness.settings import FAIL_PROB, ITERS, KRYLOV_BYTES, KRYLOV_MAX, KRYLOV_MIN, SUSPICIOUS_STEPS
 from harness.kernels.linalg import all_finite
 from harness.kernels.starts import gaussian_rows, weight_tensors
 
@@ -161,7 +161,7 @@ def _inference(fn):
 # ---- exact metrics ----------------------------------------------------------------------------------------
 @_inference
 def zeta(X: Tensor, w: AttentionWeights, residual: bool = True, *, causal: bool = False, tol: Optional[float] = None,
-         iters: int = 2000, seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False,
+         iters: int = ITERS, seed: int = 0, v0: Optional[Tensor] = None, return_info: bool = False,
          on_nonconvergence: str = "warn", P_norm: Optional[Tensor] = None, **kw):
     """Lemma 1 (eq. 12, I_n -> I_d fixed): ||H (x) I_d + sum_l P_l(X) (x) VO_l^T||, matrix-free: (..., n, d) -> (...,).
 
@@ -217,7 +217,7 @@ def _eq9_cap(P: Tensor, w: AttentionWeights, residual: bool, P_norm: Optional[Te
 
 
 @_inference
-def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
+def m_norms(X: Tensor, w: AttentionWeights, *, tol: Optional[float] = None, iters: int = ITERS, seed: int = 0,
             v0: Optional[Tensor] = None, return_info: bool = False, on_nonconvergence: str = "warn", **kw):
     """Lemma 2 (eq. 20): exact ||M_l(X)|| of G -> G B_l X^T + X B_l G^T (B_l unscaled), all heads: (..., h).
 

@@ -15,6 +15,7 @@ import torch
 from harness.bounds.lofast_ops import check_eps, prepare, spec, zeta_gram
 from harness.kernels.attention import AttentionWeights, attention_unchecked
 from harness.kernels.pgd import pgd_maximize
+from harness.settings import PGD_RESTARTS, PGD_STEPS
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -55,8 +56,8 @@ def _values_heads(Xh: Tensor, w: AttentionWeights) -> Tensor:
     return v @ w.wo
 
 
-def pgd_sensitivity(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, steps: int = 50,
-                    restarts: int = 4, seed: int = 0) -> Tensor:
+def pgd_sensitivity(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, steps: int = PGD_STEPS,
+                    restarts: int = PGD_RESTARTS, seed: int = 0) -> Tensor:
     """Eq. 5: max_{||X'-X||_F<=eps} ||F(X') - F(X)||_F (end-to-end, F with biases), PGD lower bound: (...,)."""
     w = prepare(X, w)
     e = check_eps(eps, X)
@@ -65,8 +66,8 @@ def pgd_sensitivity(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = T
     return _run(lambda Z: _fro(attention_unchecked(Z, w, residual) - F0), X, e, steps, restarts, seed)
 
 
-def pgd_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, steps: int = 50,
-               restarts: int = 4, seed: int = 0) -> Tensor:
+def pgd_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, steps: int = PGD_STEPS,
+               restarts: int = PGD_RESTARTS, seed: int = 0) -> Tensor:
     """Eq. 10: max ||H(X'-X) + sum_l P_l(X)(X'-X) VO_l||_F; Lemma 1 says it equals zeta(X) eps: (...,)."""
     w = prepare(X, w)
     e = check_eps(eps, X)
@@ -77,7 +78,7 @@ def pgd_delta1(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, 
                 restarts, seed)
 
 
-def pgd_delta2(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = 50, restarts: int = 4,
+def pgd_delta2(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = PGD_STEPS, restarts: int = PGD_RESTARTS,
                seed: int = 0) -> Tensor:
     """Eq. 13: max ||sum_l (P_l(X') - P_l(X)) X' VO_l||_F (with bv: (X' wv_l + bv_l) wo_l): (...,)."""
     w = prepare(X, w)
@@ -92,7 +93,7 @@ def pgd_delta2(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = 50, restar
     return _run(obj, X, e, steps, restarts, seed)
 
 
-def pgd_delta21(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = 50, restarts: int = 4,
+def pgd_delta21(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = PGD_STEPS, restarts: int = PGD_RESTARTS,
                 seed: int = 0) -> Tensor:
     """Eq. 16 per head: max ||P_l(X') - P_l(X)||_F, one PGD per head: (..., h)."""
     w = prepare(X, w)
@@ -102,7 +103,7 @@ def pgd_delta21(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = 50, resta
     return _run(lambda Z: _fro(_probs_heads(Z, w) - P0), Xh, eh, steps, restarts, seed)
 
 
-def pgd_delta22(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = 50, restarts: int = 4,
+def pgd_delta22(X: Tensor, w: AttentionWeights, eps: Eps, steps: int = PGD_STEPS, restarts: int = PGD_RESTARTS,
                 seed: int = 0) -> Tensor:
     """Eq. 22's Delta_22 per head: max ||X' VO_l|| (spectral; with bv: (X' wv_l + bv_l) wo_l): (..., h)."""
     w = prepare(X, w)

@@ -35,7 +35,7 @@ from harness.bounds.input_state import InputState
 from harness.kernels.attention import AttentionWeights
 from harness.plugins import guarded, is_guarded, load_function
 from harness.bounds.soundness import is_sound  # noqa: F401 - THE soundness rule, part of this interface
-from harness.settings import SOUND_RTOL  # noqa: F401 - its tolerance, read by the consumers of is_sound
+from harness.settings import ITERS, SOUND_RTOL  # noqa: F401 - its tolerance, read by the consumers of is_sound
 
 Tensor = torch.Tensor
 
@@ -371,7 +371,7 @@ class Evaluation:
 
 
 def evaluate(X: Tensor, w: AttentionWeights, causal: bool = False, names: Optional[Iterable[str]] = None,
-             scopes: Iterable[str] = SCOPES, tol: Optional[float] = None, iters: int = 2000,
+             scopes: Iterable[str] = SCOPES, tol: Optional[float] = None, iters: int = ITERS,
              state: Optional[InputState] = None, cast: bool = False) -> Evaluation:
     """Every registered bound (or those in `names`; the truth always included) at (X, w), sharing one InputState
     (cast: InputState's). Bounds without causal support are skipped when causal=True; ball changes: `ball_changes`."""

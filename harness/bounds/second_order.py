@@ -45,7 +45,7 @@ from harness.bounds import lofast_refined
 from harness.bounds.lofast_refined import kappa  # noqa: F401 - part of this module's documented interface
 from harness.bounds.lofast_ops import prepare
 from harness.kernels.attention import AttentionWeights
-from harness.settings import CERTIFY_EPS, FAIL_PROB
+from harness.settings import CERTIFY_EPS, FAIL_PROB, ITERS
 
 Tensor = torch.Tensor
 Eps = Union[float, Tensor]
@@ -110,7 +110,7 @@ def delta(U: Tensor, t: CurvatureTerms, eps: Eps) -> Tensor:
 
 def certified_truth(X: Tensor, w: AttentionWeights, residual: bool = False, causal: bool = False,
                     certify_eps: float = CERTIFY_EPS, fail_prob: float = FAIL_PROB, seed: int = 0, tol: float = None,
-                    iters: int = 2000):
+                    iters: int = ITERS):
     """||J(X)|| of the layer map (of F + identity when `residual`) at X (..., n, d) by Lanczos from a seeded Gaussian,
     run for at least the Kuczynski-Wozniakowski steps of a relative eps `certify_eps` on the squared norm, so its
     `upper` holds with probability >= 1 - fail_prob (kernels.layer.certified_norm): a PowerResult, values (...,)."""
