@@ -134,6 +134,21 @@ def _dense(matvec, X: Tensor) -> PowerResult:
                        upper=value * (1 + SVD_ROUNDING * N * torch.finfo(X.dtype).eps), fail_prob=0.0)
 
 
+def _dense_certified(X: Tensor, w, causal: bool, residual: bool) -> PowerResult:
+    """A certified truth from the explicit Jacobian's SVD, computed in float64 whatever X's dtype (float32 inputs and
+    weights are float64 numbers exactly, so this is the layer as given, with float64's rounding allowance), value and
+    upper estimate rounded to X's dtype (the upper one upwards)."""
+    X64 = X.to(torch.float64)
+    mv, _ = layer_operator(X64, w if X.dtype == torch.float64 else w.to(dtype=torch.float64), causal)
+    r = _dense((lambda E: mv(E) + E) if residual else mv, X64)
+    if X.dtype == torch.float64:
+        return r
+    up = r.upper.to(X.dtype)
+    up = torch.where(up.to(torch.float64) < r.upper, torch.nextafter(up, torch.full_like(up, math.inf)), up)
+    return PowerResult(r.value.to(X.dtype), r.converged, r.vector.to(X.dtype), r.iters, r.rel_change.to(X.dtype),
+                       upper=up, fail_prob=0.0)
+
+
 def paper_value(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
     """The paper code's estimator, sqrt(||J_F(X)^T F(X)||_F) (jvp[0] = F(X) defect), in closed form: (...,).
 
@@ -187,6 +202,12 @@ class BatchedWeights:
     def __init__(self, wq, wk, wv, wo, bq=None, bk=None, bv=None, bo=None):
         self.wq, self.wk, self.wv, self.wo, self.bq, self.bk, self.bv, self.bo = wq, wk, wv, wo, bq, bk, bv, bo
         self.d, self.dh = wq.shape[-2], wq.shape[-1]
+
+    def to(self, dtype=None, device=None) -> "BatchedWeights":
+        """The same weights cast, as AttentionWeights.to."""
+        cast = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731
+        return BatchedWeights(*(cast(t) for t in (self.wq, self.wk, self.wv, self.wo, self.bq, self.bk, self.bv,
+                                                   self.bo)))
 
 
 # ---- the truth: one function for the registry, analyze and the Castin experiments ------------------------------
@@ -258,11 +279,11 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
         X, w = reduced_heads(X, w)
     if certify is None:
         return lipschitz(X, w, causal, tol=tol, iters=iters, seed=seed)
+    if X.shape[-2] * X.shape[-1] <= CERT_DENSE_MAX:  # exact: the explicit Jacobian's SVD, padded for its rounding
+        return _dense_certified(X, w, causal, residual)  # (no KW inflation where Krylov would span the space)
     matvec, rmatvec = layer_operator(X, w, causal)
     if residual:  # J_F + I and its adjoint J_F^T + I
         mv, rmv = matvec, rmatvec
         matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
-    if X.shape[-2] * X.shape[-1] <= CERT_DENSE_MAX:  # exact: the explicit Jacobian's SVD, padded for its rounding
-        return _dense(matvec, X)  # (no Kuczynski-Wozniakowski inflation where the Krylov space would be exhausted)
     return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify,
                           x0=truth_start(X, w, seed, causal, residual))

@@ -26,7 +26,7 @@ import torch
 from harness.kernels import layer
 from harness.kernels.krylov import CallableGram, lanczos
 from harness.kernels.power import PowerResult
-from harness.settings import DENSE_MAX, MIXED_SLACK, MIXED_TOL, truth_tol
+from harness.settings import CERT_DENSE_MAX, MIXED_SLACK, MIXED_TOL, truth_tol
 
 Tensor = torch.Tensor
 
@@ -81,7 +81,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     tol = truth_tol(X.dtype) if tol is None else tol
     if heads:
         X, w = layer.reduced_heads(X, w)
-    if X.shape[-2] * X.shape[-1] <= DENSE_MAX:  # small (reduced) layers: layer.truth's exact dense route
+    if X.shape[-2] * X.shape[-1] <= CERT_DENSE_MAX:  # small (reduced) layers: layer.truth's exact dense route
         return layer.truth(X, w, causal, False, tol, iters, seed, certify)
     batch, event = X.shape[:-2], X.shape[-2:]
     steps, fail_prob = int(certify["steps"]), float(certify["fail_prob"])
