@@ -59,6 +59,18 @@ Algorithm choices by size
   cost is memory held after the call, up to this much per thread that ran a solver.
 - `DENSE_MAX` = 384: n * d up to which kernels.layer.lipschitz forms J_F(X) explicitly (one batched product)
   and takes its SVD instead of iterating (below it the dense route is faster and exact).
+- `STREAM_BLOCK_Q` = 256, `STREAM_BLOCK_K` = 512: the query rows x key columns of one block of the streamed
+  products (kernels.streamed): h x 256 x 512 probabilities per temporary (32 MiB in float64 at 32 heads), large
+  enough that the block GEMMs run near the machine's GEMM rate, small enough that a few temporaries stay far below
+  the O(n d) state at long n.
+- `MAPS_MEMORY_FRACTION` = 0.25: the layer Jacobian keeps its h x n x n maps (kernels.layer's materialised route)
+  while the maps and their product temporaries (4 maps) take at most this fraction of the memory available when
+  the operator is built; beyond it the streamed route runs (kernels.route).
+- `TRUTH_KRYLOV` = 30: the certified truth's Lanczos basis (kernels.layer.certified_norm, at least steps + 2 so
+  the certificate's first cycle is unrestarted): a restart every 30 products keeps the Ritz values' bookkeeping
+  small beside the layer's products.
+- `BASIS_MEMORY_FRACTION` = 0.5: the Lanczos basis of a long-context truth may take this fraction of the memory
+  available (after the operator's state): its size, and whether it is stored in float32 (kernels.route).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
   a random start (it may have been orthogonal to the top singular vector).
 
@@ -135,6 +147,10 @@ PARTIAL_MIN_DIM = 4096
 PARTIAL_MIN_BYTES = 32 * 2**20
 WORKSPACE_BYTES = 2 * KRYLOV_BYTES
 DENSE_MAX = 384
+STREAM_BLOCK_Q, STREAM_BLOCK_K = 256, 512
+MAPS_MEMORY_FRACTION = 0.25
+BASIS_MEMORY_FRACTION = 0.5
+TRUTH_KRYLOV = 30
 SUSPICIOUS_STEPS = 2
 
 # ---- mixed precision and rounding -------------------------------------------------------------------------------
