@@ -18,7 +18,8 @@ CERT = dict(steps=24, fail_prob=1e-9)
 
 
 def _w(d=16, h=4, seed=0, scale=2.0, bias=True):
-    return AttentionWeights.random(d, h, scale=scale, dtype=DT, generator=torch.Generator().manual_seed(seed), bias=bias)
+    g = torch.Generator().manual_seed(seed)
+    return AttentionWeights.random(d, h, scale=scale, dtype=DT, generator=g, bias=bias)
 
 
 def _X(*shape, seed=1):

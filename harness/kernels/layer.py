@@ -245,8 +245,8 @@ def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iter
     looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski certified upper
     estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,). x0 (B, n d): the start
     (default gaussian_start(X, seed), hashed from X alone: pass one hashed from the operator's weights too, as
-    `truth` does, when the operator is not a function of X alone). krylov: the basis size (default max(TRUTH_KRYLOV, steps
-    + 2); at least steps + 2, so the certificate's first cycle is unrestarted)."""
+    `truth` does, when the operator is not a function of X alone). krylov: the basis size (default
+    max(TRUTH_KRYLOV, steps + 2); at least steps + 2, so the certificate's first cycle is unrestarted)."""
     tol = truth_tol(X.dtype) if tol is None else tol
     batch, event = X.shape[:-2], X.shape[-2:]
     x0 = gaussian_start(X, seed) if x0 is None else x0
