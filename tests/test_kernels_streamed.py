@@ -136,3 +136,24 @@ def test_truth_float32_basis_keeps_the_certificate(monkeypatch):
     assert "float32" in r.info["basis"]
     assert abs(float(r.value) / float(exact) - 1) < 1e-6
     assert float(r.upper) >= float(exact)
+
+
+@pytest.mark.parametrize("residual,causal", [(True, False), (False, True)])
+def test_streamed_zeta_gram_equals_materialised(residual, causal):
+    from harness.bounds.lofast_ops import zeta_gram
+    from harness.kernels.krylov import lanczos
+    from harness.kernels.streamed import StreamedZetaGram
+    w, X = _w(d=16, h=4, bias=False), _X(3, 29, 16)
+    ref, _ = zeta_gram(X, w, residual, causal)
+    op = StreamedZetaGram(StreamedLayer(X, w, causal, block=(8, 6)), w.wv, w.wo, residual)
+    assert torch.allclose(op.scale, ref.scale, rtol=1e-13, atol=0)
+    V = _X(3, 29 * 16, seed=4)
+    assert _rel(op.gram(V), ref.gram(V)) < 1e-13
+    a, b = lanczos(ref, V, tol=1e-10), lanczos(op, V, tol=1e-10)
+    assert torch.allclose(a.value, b.value, rtol=1e-12, atol=0)
+
+
+def test_m_operator_holds_nothing_n_by_n_at_long_n():
+    from harness.kernels.operators import MGram
+    K = _X(1, 4096, 8)
+    assert MGram(K, K).side == "domain" and not hasattr(MGram(K, K), "P")

@@ -17,7 +17,11 @@ product and direction. RoPE (cos, sin (n, dh), rotate-half convention) acts on q
 are rotated in the jvp and rotated back (the transpose) in the vjp. GQA / MQA layers are per-query-head weights
 with shared key/value columns (harness.models.adapters_modern), which this operator reads like any other.
 
-Public: StreamedLayer (setup + products + P-products for zeta), streamed_operator ((matvec, rmatvec) like
+Lemma 1's zeta operator needs only products with P and P^T (StreamedZetaGram); Lemma 2's reduced ||M_l|| operator
+(kernels.operators.MGram) acts on n x r on its domain side, which it takes whenever n >= r, so it holds nothing
+n x n at long n already.
+
+Public: StreamedLayer (setup + products + P-products for zeta), StreamedZetaGram, streamed_operator ((matvec, rmatvec) like
 kernels.layer.layer_operator), rope_tables.
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch
 from harness.settings import STREAM_BLOCK_K, STREAM_BLOCK_Q
 
 from .attention import check_input
+from .operators import ZetaGram
 
 Tensor = torch.Tensor
 
@@ -155,6 +160,14 @@ class StreamedLayer:
                     out[..., i0:i1, :] += P @ Y[..., j0:j1, :]
         return out
 
+    def fro(self) -> Tensor:
+        """||P_l||_F of every head (..., h), blockwise."""
+        sq = 0
+        for i0, i1 in self._queries():
+            for j0, j1 in self._keys(i0, i1):
+                sq = sq + self.probs(i0, i1, j0, j1).square().sum((-1, -2))
+        return torch.as_tensor(sq).sqrt()
+
     # ---- the layer Jacobian -------------------------------------------------------------------------------
     def matvec(self, U: Tensor) -> Tensor:
         """J_F(X) U: (..., n, d) -> (..., n, d) (U may carry more batch dims than X)."""
@@ -192,6 +205,36 @@ class StreamedLayer:
                 dv[..., j0:j1, :] += P.transpose(-1, -2) @ Ghi
         dq, dk = self._rot_t(dq), self._rot_t(dk)
         return torch.cat([_merge(dq), _merge(dk), _merge(dv)], dim=-1) @ self.Wqkv.transpose(-1, -2)
+
+
+class StreamedZetaGram(ZetaGram):
+    """Lemma 1's operators T(G) = H G + sum_l P_l G wv_l wo_l (kernels.operators.ZetaGram) with the P products
+    streamed from a StreamedLayer of a flat batch X (B, n, d): same scale (||P_l||_F summed blockwise), same
+    products to rounding, nothing n x n kept. No deflation (select: None): rows stay in the batch."""
+
+    def __init__(self, s: StreamedLayer, wv: Tensor, wo: Tensor, residual: bool):
+        h, d, dh = wv.shape
+        self.s, self.h, self.dh, self.d, self.n = s, h, dh, d, s.n
+        self.Wv, self.Wo = wv.permute(1, 0, 2).reshape(d, h * dh), wo.reshape(h * dh, d)
+        vo = wv.flatten(-2).norm(dim=-1) * wo.flatten(-2).norm(dim=-1)  # (h,)
+        c = (1.0 if residual else 0.0) + (s.fro() * vo).sum(-1)  # (B,) >= ||T||
+        self.scale = torch.where(torch.isfinite(c) & (c > 0), c, 1.0)
+        self.res = (1.0 if residual else 0.0) / self.scale
+        self.dim = self.n * d
+
+    def matvec(self, G: Tensor) -> Tensor:
+        Y = self._cat(self.s.p_apply(self._heads(G @ self.Wv))) @ self.Wo
+        return Y / self.scale[:, None, None] + self.res[:, None, None] * G
+
+    def rmatvec(self, Y: Tensor) -> Tensor:
+        Z = self._cat(self.s.p_apply(self._heads(Y @ self.Wo.T), transpose=True)) @ self.Wv.T
+        return Z / self.scale[:, None, None] + self.res[:, None, None] * Y
+
+    def select(self, keep: Tensor):
+        return None
+
+    def to(self, dtype):
+        raise NotImplementedError("StreamedZetaGram: build it from a StreamedLayer of the wanted dtype")
 
 
 def streamed_operator(X: Tensor, w, causal: bool = False, rope: Optional[Tuple[Tensor, Tensor]] = None,
