@@ -69,8 +69,9 @@ Algorithm choices by size
 - `TRUTH_KRYLOV` = 30: the certified truth's Lanczos basis (kernels.layer.certified_norm, at least steps + 2 so
   the certificate's first cycle is unrestarted): a restart every 30 products keeps the Ritz values' bookkeeping
   small beside the layer's products.
-- `BASIS_MEMORY_FRACTION` = 0.5: the Lanczos basis of a long-context truth may take this fraction of the memory
-  available (after the operator's state): its size, and whether it is stored in float32 (kernels.route).
+- `BASIS_MEMORY_FRACTION` = 0.8: the certified truth's Lanczos basis may take this fraction of the memory available
+  after the operator's state (the rest: a product's temporaries): its size, and whether it is stored in float32
+  (kernels.route).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
   a random start (it may have been orthogonal to the top singular vector).
 
@@ -149,7 +150,7 @@ WORKSPACE_BYTES = 2 * KRYLOV_BYTES
 DENSE_MAX = 384
 STREAM_BLOCK_Q, STREAM_BLOCK_K = 256, 512
 MAPS_MEMORY_FRACTION = 0.25
-BASIS_MEMORY_FRACTION = 0.5
+BASIS_MEMORY_FRACTION = 0.8
 TRUTH_KRYLOV = 30
 SUSPICIOUS_STEPS = 2
 

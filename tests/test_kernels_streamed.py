@@ -92,17 +92,22 @@ def test_route_rule_and_forcing():
 
 
 def test_basis_plan():
+    """BASIS_MEMORY_FRACTION (0.8) of what the operator leaves: the usual float64 basis, a smaller one, float32."""
     GiB = 2**30
-    N = 8192 * 4096  # 268 MB per float64 vector
+    N = 8192 * 4096  # 0.25 GiB per float64 vector
     assert R.basis_plan(1, N, 24, available=64 * GiB) == R.BasisPlan("float64", 30, 0, N * 8)
-    p = R.basis_plan(1, N, 24, available=14 * GiB)  # 7 GiB: 28 vectors, 26 needed
-    assert p.storage == "float64" and 26 <= p.krylov < 30
-    p = R.basis_plan(1, N, 24, available=10 * GiB)  # 5 GiB: float32 storage
-    assert p.storage == "float32" and p.krylov32 >= 26 and 2 <= p.krylov < 26
+    p = R.basis_plan(1, N, 24, available=9 * GiB)  # 28 vectors fit, 26 needed
+    assert p.storage == "float64" and p.krylov == 27
+    p = R.basis_plan(1, N, 24, available=6 * GiB)  # float32 storage
+    assert p.storage == "float32" and p.krylov32 == 30 and p.krylov == 18
+    p = R.basis_plan(1, N, 24, available=9 * GiB, reserved=(2 * GiB, GiB))  # the operator's state comes first
+    assert p.storage == "float32"
     with pytest.raises(ValueError, match="basis needs"):
         R.basis_plan(1, N, 24, available=4 * GiB)
     with pytest.raises(ValueError, match="basis needs"):
-        R.basis_plan(1, N, 24, available=10 * GiB, mixed_ok=False)
+        R.basis_plan(1, N, 24, available=6 * GiB, mixed_ok=False)
+    assert R.basis_vectors(N * 8, 26, 30, available=4 * GiB) == 26  # never below the certificate's cycle
+    assert R.basis_vectors(N * 8, 2, 30, available=2 * GiB) == 5
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(residual=True), dict(heads=True)])

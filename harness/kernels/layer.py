@@ -27,7 +27,7 @@ from harness.settings import (CERTIFY_STEPS, DENSE_MAX, MIXED_SLACK, MIXED_TOL, 
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
 from .power import PowerResult, top_singular_value
-from .route import basis_plan, products_route
+from .route import basis_plan, basis_vectors, products_route, state_bytes
 from .starts import gaussian_rows, weight_tensors
 from .streamed import rotate, rotate_t, streamed_operator
 
@@ -283,17 +283,21 @@ def _mixed_norm(X: Tensor, w, causal, rope, route, residual, tol, iters, steps, 
     f32 = torch.float32
     rope32 = None if rope is None else tuple(t.to(f32) for t in rope)
     mv, rmv, _ = operator(X.to(f32), _cast(w, f32), causal, rope32, route, residual)
+    k32 = basis_vectors(plan.vector_bytes // 2, steps + 2, plan.krylov32)  # what is left beside the operator
     r32 = lanczos(CallableGram(mv, rmv, batch, event, x0.to(f32)), x0.to(f32), iters=iters, tol=max(tol, MIXED_TOL),
-                  krylov=plan.krylov32, min_steps=steps, fail_prob=fail_prob)
+                  krylov=k32, min_steps=steps, fail_prob=fail_prob)
     del mv, rmv
     mv, rmv, _ = operator(X, w, causal, rope, route, residual)
     v0 = r32.vector.to(X.dtype)
-    r = lanczos(CallableGram(mv, rmv, batch, event, v0), v0, iters=iters, tol=tol, krylov=plan.krylov, min_steps=1)
+    k64 = basis_vectors(plan.vector_bytes, 2, TRUTH_KRYLOV)
+    r = lanczos(CallableGram(mv, rmv, batch, event, v0), v0, iters=iters, tol=tol, krylov=k64, min_steps=1)
     up = r32.upper.to(X.dtype) * (1 + MIXED_SLACK)
     up = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
     return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape),
                        r.products + r32.products, r.rel.reshape(batch), up.reshape(batch), fail_prob,
-                       steps=(r.steps + r32.steps).reshape(batch))
+                       steps=(r.steps + r32.steps).reshape(batch),
+                       info=dict(products32=r32.products, basis=f"float32 basis of {k32} vectors, then float64 basis "
+                                                                f"of {k64} (mixed)"))
 
 
 def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional[float] = None, iters: int = 2000,
@@ -329,13 +333,17 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     steps, fail_prob = int(certify["steps"]), float(certify["fail_prob"])
     B = X.shape[:-2].numel()
     mixed_ok = X.dtype == torch.float64 and not (X.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
-    plan = basis_plan(B, N, steps, X.dtype, mixed_ok=mixed_ok)
+    n, d, inner = X.shape[-2], X.shape[-1], w.wq.shape[-3] * w.dh
+    reserved = tuple(B * state_bytes(n, d, inner, size) + X.numel() * X.element_size() for size in (8, 4))
+    plan = basis_plan(B, N, steps, X.dtype, mixed_ok=mixed_ok, reserved=reserved)
     x0 = truth_start(X, w, seed, causal, residual)
     if plan.storage == "float32":
         r = _mixed_norm(X, w, causal, rope, route, residual, tol, iters, steps, fail_prob, x0, plan)
-        name = products_route(B, w.wq.shape[-3], X.shape[-2], X.element_size(), route)
+        name = products_route(B, w.wq.shape[-3], n, X.element_size(), route)
     else:
         matvec, rmatvec, name = operator(X, w, causal, rope, route, residual)
-        r = certified_norm(matvec, rmatvec, X, tol, iters, seed, steps, fail_prob, x0=x0, krylov=plan.krylov)
-    r.info = dict(route=name, basis=plan.describe(), products=r.iters)
+        k = basis_vectors(plan.vector_bytes, steps + 2, plan.krylov)  # what is left beside the operator
+        r = certified_norm(matvec, rmatvec, X, tol, iters, seed, steps, fail_prob, x0=x0, krylov=k)
+        r.info = dict(basis=f"{plan.storage} basis of {k} vectors")
+    r.info = dict(r.info, route=name, products=r.iters)
     return r

@@ -24,13 +24,41 @@ from harness.settings import BASIS_MEMORY_FRACTION, MAPS_MEMORY_FRACTION, TRUTH_
 ROUTES = ("auto", "materialised", "streamed")
 
 
+_CAP = {"bytes": None}
+
+
+def set_memory_cap(nbytes: Optional[int]) -> None:
+    """Plan as if at most `nbytes` were available (a benchmark's memory target; None: no cap)."""
+    _CAP["bytes"] = None if nbytes is None else int(nbytes)
+
+
 def available_bytes(device=None) -> int:
-    """Memory available for new tensors on `device` (bytes)."""
+    """Memory available for new tensors on `device` (bytes); under a cap (set_memory_cap) at most the cap less
+    what this process already holds (its RSS)."""
     if device is not None and torch.device(device).type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    avail = int(psutil.virtual_memory().available)
+    if _CAP["bytes"] is None:
+        return avail
+    return max(0, min(avail, _CAP["bytes"] - psutil.Process().memory_info().rss))
+
+
+def product_flops(n: int, d: int, inner: int, causal: bool) -> float:
+    """Flops of one Gram product (jvp then vjp) of the layer Jacobian by the streamed route: the projections
+    (3 d x inner in and inner x d out, both ways: 16 n d inner) and per (query, key) pair 10 inner flops each way
+    (scores recomputed, score differential, the three value / probability products); causal: the pairs at or
+    below the diagonal. inner = h dh."""
+    pairs = n * (n + 1) / 2 if causal else n * n
+    return 16.0 * n * d * inner + 20.0 * pairs * inner
+
+
+def state_bytes(n: int, d: int, inner: int, itemsize: int) -> int:
+    """Bytes the streamed operator keeps besides the Lanczos basis: the weights (4 d inner and their fused
+    copies), q, k, v, O, the scaled q, k (6 n inner), a product's projections and accumulators (~8 n inner + 3 n d),
+    rounded up: a planning figure, not a measurement."""
+    return itemsize * (8 * d * inner + 14 * n * inner + 3 * n * d)
 
 
 def maps_bytes(batch: int, h: int, n: int, itemsize: int) -> int:
@@ -51,35 +79,42 @@ def products_route(batch: int, h: int, n: int, itemsize: int, route: str = "auto
 
 @dataclass(frozen=True)
 class BasisPlan:
-    storage: str  # "float64" (one float64 solve) or "float32" (mixed: a float32 certified phase, then float64)
-    krylov: int  # basis size of the float64 solve
-    krylov32: int  # basis size of the float32 phase (0 when storage is float64)
-    vector_bytes: int  # one basis vector of the batch in float64
+    storage: str  # "float64" (one solve in the input's dtype) or "float32" (mixed: float32 certified phase, float64)
+    krylov: int  # basis size of the solve in the input's dtype (planned; fixed by basis_vectors once built)
+    krylov32: int  # basis size of the float32 phase (0 when storage is not float32)
+    vector_bytes: int  # one basis vector of the batch in the input's dtype
 
     def describe(self) -> str:
-        if self.storage == "float64":
-            return f"float64 basis of {self.krylov} vectors"
+        if self.storage != "float32":
+            return f"{self.storage} basis of {self.krylov} vectors"
         return f"float32 basis of {self.krylov32} vectors, then float64 basis of {self.krylov} (mixed)"
 
 
+def basis_vectors(vec_bytes: int, lo: int, hi: int, available: Optional[int] = None) -> int:
+    """Basis size between lo and hi vectors (plus the solver's extra one) in BASIS_MEMORY_FRACTION of the memory
+    available now (after the operator is built)."""
+    avail = available_bytes() if available is None else available
+    return min(hi, max(lo, int(BASIS_MEMORY_FRACTION * avail // vec_bytes) - 1))
+
+
 def basis_plan(batch: int, N: int, steps: int, dtype=torch.float64, available: Optional[int] = None,
-               mixed_ok: bool = True) -> BasisPlan:
+               mixed_ok: bool = True, reserved=(0, 0)) -> BasisPlan:
     """The certified truth's basis for `batch` operators on N entries each, at least steps + 2 vectors in its
     certified cycle (module docstring). mixed_ok: whether the mixed-precision contract applies (float64 inputs, no
-    TF32)."""
+    TF32). reserved: bytes the operator will hold in the input's dtype and in float32 (kernels.route.state_bytes),
+    taken from the memory available before the basis gets its fraction."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     vec = batch * N * itemsize
-    budget = BASIS_MEMORY_FRACTION * (available_bytes() if available is None else available)
+    avail = available_bytes() if available is None else available
     need = int(steps) + 2
     usual = max(TRUTH_KRYLOV, need)
-    fits = int(budget // vec) - 1  # vectors beyond the extra one the solver keeps
-    if fits >= usual:
-        return BasisPlan(str(dtype).replace("torch.", ""), usual, 0, vec)
+    fits = int(BASIS_MEMORY_FRACTION * max(avail - reserved[0], 0) // vec) - 1
+    name = str(dtype).replace("torch.", "")
     if fits >= need:
-        return BasisPlan(str(dtype).replace("torch.", ""), fits, 0, vec)
-    fits32 = int(budget // (vec // 2)) - 1
+        return BasisPlan(name, min(fits, usual), 0, vec)
+    fits32 = int(BASIS_MEMORY_FRACTION * max(avail - reserved[1], 0) // (vec // 2)) - 1
     if mixed_ok and fits32 >= need:
         return BasisPlan("float32", max(2, min(fits, usual)), min(fits32, usual), vec)
     raise ValueError(f"the certified truth's Lanczos basis needs {need + 1} vectors of {vec / 2**30:.2f} GiB "
-                     f"({(need + 1) * vec / 2**30:.1f} GiB); {budget / 2**30:.1f} GiB may be used here "
-                     f"(BASIS_MEMORY_FRACTION of the memory available): lower the steps or use a larger machine")
+                     f"({(need + 1) * vec / 2**30:.1f} GiB) beside the operator's {reserved[0] / 2**30:.1f} GiB; "
+                     f"{avail / 2**30:.1f} GiB is available here: lower the steps or use a larger machine")
