@@ -91,6 +91,29 @@ def job(n: int, route: str) -> dict:
                 peak_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
 
 
+def probe(n: int, dtype_name: str) -> dict:
+    """One streamed Gram product (jvp then vjp) at n in `dtype_name`, in this process (the child): the setup and
+    product times, the flop rate of the product, peak RSS (the operator's state and one product's temporaries;
+    the basis comes on top, kernels.route.basis_plan's vectors x their bytes)."""
+    from harness.kernels import route as R
+    from harness.kernels.streamed import streamed_operator
+
+    dt = getattr(torch, dtype_name)
+    rate = gemm_rate(dt)
+    X, w, rope = layer_case(n)
+    X, w, rope = X.to(dt), w.to(dtype=dt), tuple(t.to(dt) for t in rope)
+    t0 = time.perf_counter()
+    mv, rmv = streamed_operator(X, w, True, rope)
+    setup = time.perf_counter() - t0
+    U = torch.randn(X.shape, dtype=dt)
+    t0 = time.perf_counter()
+    rmv(mv(U))
+    prod = time.perf_counter() - t0
+    f = R.product_flops(n, D, D, causal=True)
+    return dict(n=n, dtype=dtype_name, setup=setup, product=prod, flops=f, rate=f / prod, gemm=rate,
+                peak_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+
+
 def run_child(n: int, route: str, threads: int, timeout: float):
     cmd = [sys.executable, "-m", "benchmarks.report", "--long-job", str(n), route, "--threads", str(threads)]
     try:
@@ -141,7 +164,69 @@ def long_report(sizes, threads: int, timeout: float, compare: bool = True) -> st
     return "\n\n".join(out)
 
 
+def estimate_report(sizes, threads: int) -> str:
+    """--estimate: memory and time of each size's truth before computing anything: the route, the basis plan under
+    the 8 GiB cap (kernels.route.basis_plan with the operator's planned state), the flops per product and the
+    time of steps + EXPECTED_EXTRA products at the GEMM rates measured now."""
+    from harness.kernels import route as R
+
+    rates = {"float64": gemm_rate(torch.float64), "float32": gemm_rate(torch.float32)}
+    lines = [f"GEMM rate now: {rates['float64'] / 1e9:.0f} (float64) / {rates['float32'] / 1e9:.0f} (float32) "
+             f"GFLOP/s on {threads} threads; plans under a {CAP_GIB} GiB cap\n",
+             "| n | products route | basis plan | operator state (GiB) | basis (GiB) | flop / product | "
+             "expected products | estimated time (s) |", "|" + "---|" * 8]
+    cap = CAP_GIB * 2**30
+    for n in sizes:
+        route = R.products_route(1, HEADS, n, 8, available=cap)
+        st = (R.state_bytes(n, D, D, 8) + n * D * 8, R.state_bytes(n, D, D, 4) + n * D * 8)
+        try:
+            plan = R.basis_plan(1, n * D, CERT["steps"], torch.float64, available=cap, reserved=st)
+        except ValueError as e:
+            lines.append(f"| {n} | {route} | does not fit: {e} |" + " |" * 5)
+            continue
+        f = R.product_flops(n, D, D, causal=True)
+        k = CERT["steps"] + EXPECTED_EXTRA
+        if plan.storage == "float32":
+            basis = (plan.krylov32 + 1) * plan.vector_bytes / 2
+            t = CERT["steps"] * f / rates["float32"] + EXPECTED_EXTRA * f / rates["float64"]
+        else:
+            basis, t = (plan.krylov + 1) * plan.vector_bytes, k * f / rates["float64"]
+        lines.append(f"| {n} | {route} | {plan.describe()} | {st[0] / 2**30:.2f} | {basis / 2**30:.2f} | {f:.2e} | "
+                     f"{k} | {t:.0f} |")
+    return "\n".join(lines)
+
+
+def probe_report(sizes, threads: int, timeout: float) -> str:
+    """--probe: one streamed Gram product per size and dtype, each in a child (see `probe`)."""
+    lines = ["| n | dtype | setup (s) | one Gram product (s) | product GFLOP/s | GEMM GFLOP/s | product / GEMM time | "
+             "peak RSS (GiB) |", "|" + "---|" * 8]
+    for n in sizes:
+        for dt in ("float32", "float64"):
+            r = run_child(n, "probe-" + dt, threads, timeout)
+            if r is None:
+                lines.append(f"| {n} | {dt} | did not finish within {timeout:.0f} s |" + " |" * 5)
+                continue
+            lines.append(f"| {n} | {dt} | {r['setup']:.0f} | {r['product']:.0f} | {r['rate'] / 1e9:.1f} | "
+                         f"{r['gemm'] / 1e9:.1f} | {r['gemm'] / r['rate']:.2f} | {r['peak_gib']:.2f} |")
+    return "\n".join(lines)
+
+
+def part(sizes: str, quick: bool, estimate: bool, probe_only: bool, threads: int, timeout: float,
+         compare: bool) -> str:
+    """The long part as `benchmarks.report --part long` runs it (sizes: comma-separated n, None: the default)."""
+    default = "256" if quick else ("4096,8192" if probe_only else "1024,2048,4096,8192")
+    ns = [int(x) for x in (sizes or default).split(",")]  # checked by benchmarks.report's argument parser
+    if estimate:
+        return estimate_report(ns, threads)
+    if probe_only:
+        return probe_report(ns, threads, timeout)
+    return long_report(ns, threads, timeout, compare and not quick)
+
+
 def main_job(n: int, route: str) -> None:
+    if route.startswith("probe-"):
+        print(json.dumps(probe(n, route[len("probe-"):])))
+        return
     print(json.dumps(job(n, route)))
 
 

@@ -238,6 +238,10 @@ def main(argv=None):
                          "a name twice runs it again)")
     ap.add_argument("--long-timeout", type=float, default=3600, help="long part: seconds per size before it is "
                     "reported unfinished")
+    ap.add_argument("--estimate", "--dry-run", action="store_true",
+                    help="long part: print each size's memory plan and estimated time, compute nothing")
+    ap.add_argument("--probe", action="store_true",
+                    help="long part: one streamed Gram product per size and dtype (time, rate, peak RSS), no truth")
     ap.add_argument("--no-compare", action="store_true", help="long part: skip the n = 1024 route comparison")
     ap.add_argument("--long-job", nargs=2, metavar=("N", "ROUTE"), help=argparse.SUPPRESS)
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
@@ -255,6 +259,8 @@ def main(argv=None):
     bad = sorted(set(a.runs.split(",")) - set(BERT_RUNS))
     if bad:
         ap.error(f"--runs: unknown {bad}; choose from {sorted(BERT_RUNS)}")
+    if a.part == "long" and a.sizes and not all(x.strip().isdigit() and int(x) > 0 for x in a.sizes.split(",")):
+        ap.error(f"--sizes for the long part: comma-separated token counts (1024,2048), got {a.sizes!r}")
     a.threads = counts[0]
     set_threads(a.threads)
     retain_freed_memory()  # as `attnlip analyze` does (a --mem-job child keeps its own MALLOC_MMAP_THRESHOLD_)
@@ -272,8 +278,8 @@ def main(argv=None):
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats, walls), "peak": peak_report,
              "bert": lambda: bert_report(a.quick, a.device, a.runs.split(",")),
              "floor": lambda: floor_report(sizes("small,vitb"), a.repeats),
-             "long": lambda: bench_long.long_report([int(s) for s in sizes("1024,2048,4096,8192")], a.threads,
-                                                    a.long_timeout, not a.no_compare)}
+             "long": lambda: bench_long.part(a.sizes, a.quick, a.estimate, a.probe, a.threads, a.long_timeout,
+                                             not a.no_compare)}
     if a.part in timed:
         t0 = time.perf_counter()
         for phase in ("idle", "busy") if a.busy else ("",):

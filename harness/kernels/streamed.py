@@ -21,8 +21,8 @@ Lemma 1's zeta operator needs only products with P and P^T (StreamedZetaGram); L
 (kernels.operators.MGram) acts on n x r on its domain side, which it takes whenever n >= r, so it holds nothing
 n x n at long n already.
 
-Public: StreamedLayer (setup + products + P-products for zeta), StreamedZetaGram, streamed_operator ((matvec, rmatvec) like
-kernels.layer.layer_operator), rope_tables.
+Public: StreamedLayer (setup + products + P-products for zeta), StreamedZetaGram, streamed_operator ((matvec,
+rmatvec) like kernels.layer.layer_operator), rope_tables, rotate, rotate_t (RoPE tables and rotations).
 """
 from __future__ import annotations
 
