@@ -175,39 +175,18 @@ def estimate_report(sizes, threads: int) -> str:
              f"GFLOP/s on {threads} threads; plans under a {CAP_GIB} GiB cap\n",
              "| n | products route | basis plan | operator state (GiB) | basis (GiB) | flop / product | "
              "expected products | estimated time (s) |", "|" + "---|" * 8]
-    cap = CAP_GIB * 2**30
     for n in sizes:
-        route = R.products_route(1, HEADS, n, 8, available=cap)
-        st = (R.state_bytes(n, D, D, 8) + n * D * 8, R.state_bytes(n, D, D, 4) + n * D * 8)
-        try:
-            plan = R.basis_plan(1, n * D, CERT["steps"], torch.float64, available=cap, reserved=st)
-        except ValueError as e:
-            lines.append(f"| {n} | {route} | does not fit: {e} |" + " |" * 5)
+        p = R.plan_truth(n, D, HEADS, CERT["steps"], CAP_GIB * 2**30)
+        if p["plan"] is None:
+            lines.append(f"| {n} | {p['route']} | does not fit: {p['why']} |" + " |" * 5)
             continue
-        f = R.product_flops(n, D, D, causal=True)
-        k = CERT["steps"] + EXPECTED_EXTRA
+        f, k, plan = p["flops"], CERT["steps"] + EXPECTED_EXTRA, p["plan"]
         if plan.storage == "float32":
-            basis = (plan.krylov32 + 1) * plan.vector_bytes / 2
             t = CERT["steps"] * f / rates["float32"] + EXPECTED_EXTRA * f / rates["float64"]
         else:
-            basis, t = (plan.krylov + 1) * plan.vector_bytes, k * f / rates["float64"]
-        lines.append(f"| {n} | {route} | {plan.describe()} | {st[0] / 2**30:.2f} | {basis / 2**30:.2f} | {f:.2e} | "
-                     f"{k} | {t:.0f} |")
-    return "\n".join(lines)
-
-
-def probe_report(sizes, threads: int, timeout: float) -> str:
-    """--probe: one streamed Gram product per size and dtype, each in a child (see `probe`)."""
-    lines = ["| n | dtype | setup (s) | one Gram product (s) | product GFLOP/s | GEMM GFLOP/s | product / GEMM time | "
-             "peak RSS (GiB) |", "|" + "---|" * 8]
-    for n in sizes:
-        for dt in ("float32", "float64"):
-            r = run_child(n, "probe-" + dt, threads, timeout)
-            if r is None:
-                lines.append(f"| {n} | {dt} | did not finish within {timeout:.0f} s |" + " |" * 5)
-                continue
-            lines.append(f"| {n} | {dt} | {r['setup']:.0f} | {r['product']:.0f} | {r['rate'] / 1e9:.1f} | "
-                         f"{r['gemm'] / 1e9:.1f} | {r['gemm'] / r['rate']:.2f} | {r['peak_gib']:.2f} |")
+            t = k * f / rates["float64"]
+        lines.append(f"| {n} | {p['route']} | {plan.describe()} | {p['state_bytes'] / 2**30:.2f} | "
+                     f"{p['basis_bytes'] / 2**30:.2f} | {f:.2e} | {k} | {t:.0f} |")
     return "\n".join(lines)
 
 

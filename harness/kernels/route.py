@@ -118,3 +118,28 @@ def basis_plan(batch: int, N: int, steps: int, dtype=torch.float64, available: O
     raise ValueError(f"the certified truth's Lanczos basis needs {need + 1} vectors of {vec / 2**30:.2f} GiB "
                      f"({(need + 1) * vec / 2**30:.1f} GiB) beside the operator's {reserved[0] / 2**30:.1f} GiB; "
                      f"{avail / 2**30:.1f} GiB is available here: lower the steps or use a larger machine")
+
+
+def plan_truth(n: int, d: int, h: int, steps: int, available: int, causal: bool = True, inner: Optional[int] = None,
+               batch: int = 1) -> dict:
+    """What the certified truth of one layer (d features, h heads of inner / h dims) at n tokens would do with
+    `available` bytes, before computing: products route, basis plan (None where it does not fit, with the reason),
+    the operator's planned state, the basis bytes, the planned peak (operator + basis; the float32 and float64
+    phases of a mixed plan one after the other) and the flops per Gram product."""
+    inner = d if inner is None else inner
+    route = products_route(batch, h, n, 8, available=available)
+    st = tuple(batch * (state_bytes(n, d, inner, size) + n * d * 8) for size in (8, 4))
+    out = dict(n=n, route=route, state_bytes=st[0], flops=product_flops(n, d, inner, causal), plan=None, why="")
+    try:
+        plan = basis_plan(batch, n * d, steps, torch.float64, available=available, reserved=st)
+    except ValueError as e:
+        out["why"] = str(e)
+        return out
+    out["plan"] = plan
+    b64 = (plan.krylov + 1) * plan.vector_bytes
+    if plan.storage == "float32":  # the phases run one after the other, each beside its own operator
+        b32 = (plan.krylov32 + 1) * plan.vector_bytes // 2
+        out["basis_bytes"], out["peak_bytes"] = b32, max(st[1] + b32, st[0] + b64)
+    else:
+        out["basis_bytes"], out["peak_bytes"] = b64, st[0] + b64
+    return out
