@@ -162,3 +162,23 @@ def test_m_operator_holds_nothing_n_by_n_at_long_n():
     from harness.kernels.operators import MGram
     K = _X(1, 4096, 8)
     assert MGram(K, K).side == "domain" and not hasattr(MGram(K, K), "P")
+
+
+def test_mixed_truth_streams_where_the_maps_do_not_fit():
+    """analyze's mixed-route truth takes kernels.route's rule too: under a cap no map fits, so it streams, and the
+    value and certificate equal the materialised run's to rounding."""
+    from harness.kernels import mixed
+
+    w, X = _w(d=32, h=4), _X(2, 40, 32)
+    a = mixed.truth(X, w, certify=CERT)
+    calls = []
+    real = L.streamed_operator
+    try:
+        L.streamed_operator = lambda *args, **kw: calls.append(1) or real(*args, **kw)
+        R.set_memory_cap(1)
+        b = mixed.truth(X, w, certify=CERT)
+    finally:
+        R.set_memory_cap(None)
+        L.streamed_operator = real
+    assert calls and torch.allclose(a.value, b.value, rtol=1e-12, atol=0)
+    assert torch.allclose(a.upper, b.upper, rtol=1e-6, atol=0)
