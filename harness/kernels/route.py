@@ -56,8 +56,8 @@ def product_flops(n: int, d: int, inner: int, causal: bool) -> float:
 
 def state_bytes(n: int, d: int, inner: int, itemsize: int) -> int:
     """Bytes the streamed operator keeps besides the Lanczos basis: the weights (4 d inner and their fused
-    copies), q, k, v, O, the scaled q, k (6 n inner), a product's projections and accumulators (~8 n inner + 3 n d),
-    rounded up: a planning figure, not a measurement."""
+    copies), q, k, v, O (4 n inner), a product's projections, rotations, accumulators and output (~10 n inner +
+    3 n d), rounded up: a planning figure, not a measurement (benchmarks.report --part long --probe measures it)."""
     return itemsize * (8 * d * inner + 14 * n * inner + 3 * n * d)
 
 

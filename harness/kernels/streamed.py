@@ -92,7 +92,6 @@ class StreamedLayer:
         if rope is not None:
             q, k = self._rot(q), self._rot(k)
         self.q, self.k = q, k
-        self.qs, self.ks = q * self.sc, k * self.sc
         self.lse, self.O = self._forward()
 
     # ---- blocks -------------------------------------------------------------------------------------------
@@ -112,7 +111,7 @@ class StreamedLayer:
 
     def _scores(self, i0: int, i1: int, j0: int, j1: int) -> Tensor:
         """q_i k_j^T / sqrt(dh) (..., h, bi, bj), -inf above the diagonal when causal."""
-        S = self.qs[..., i0:i1, :] @ self.k[..., j0:j1, :].transpose(-1, -2)
+        S = (self.q[..., i0:i1, :] * self.sc) @ self.k[..., j0:j1, :].transpose(-1, -2)
         if self.causal and j1 - 1 > i0:
             above = (torch.arange(j0, j1, device=S.device)[None, :]
                      > torch.arange(i0, i1, device=S.device)[:, None])
@@ -177,7 +176,7 @@ class StreamedLayer:
         out = torch.empty(shape + self.v.shape[-2:], dtype=U.dtype, device=U.device)
         for i0, i1 in self._queries():
             A = B = c = 0
-            dqi, qsi = dq[..., i0:i1, :], self.qs[..., i0:i1, :]
+            dqi, qsi = dq[..., i0:i1, :], self.q[..., i0:i1, :] * self.sc
             for j0, j1 in self._keys(i0, i1):
                 P = self.probs(i0, i1, j0, j1)
                 dS = dqi @ self.k[..., j0:j1, :].transpose(-1, -2) + qsi @ dk[..., j0:j1, :].transpose(-1, -2)
