@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from harness.kernels.route import plan_truth
+from harness.settings import CERTIFY_STEPS, FAIL_PROB
 
 MODEL = "llama-7b-size"
 D, HEADS, ROPE_THETA, INIT_STD = 4096, 32, 1e4, 0.02
-CERT = dict(steps=24, fail_prob=1e-9)  # as the certified truths elsewhere (CERTIFY_STEPS, FAIL_PROB)
+CERT = dict(steps=CERTIFY_STEPS, fail_prob=FAIL_PROB)  # as the certified truths elsewhere
 N_LONG_CPU = [1024, 2048, 4096, 8192]
 N_LONG_GPU = N_LONG_CPU + [16384, 32768]
 
