@@ -190,6 +190,21 @@ def estimate_report(sizes, threads: int) -> str:
     return "\n".join(lines)
 
 
+def probe_report(sizes, threads: int, timeout: float) -> str:
+    """--probe: one streamed Gram product per size and dtype, each in a child (see `probe`)."""
+    lines = ["| n | dtype | setup (s) | one Gram product (s) | product GFLOP/s | GEMM GFLOP/s | product / GEMM time | "
+             "peak RSS (GiB) |", "|" + "---|" * 8]
+    for n in sizes:
+        for dt in ("float32", "float64"):
+            r = run_child(n, "probe-" + dt, threads, timeout)
+            if r is None:
+                lines.append(f"| {n} | {dt} | did not finish within {timeout:.0f} s |" + " |" * 5)
+                continue
+            lines.append(f"| {n} | {dt} | {r['setup']:.0f} | {r['product']:.0f} | {r['rate'] / 1e9:.1f} | "
+                         f"{r['gemm'] / 1e9:.1f} | {r['gemm'] / r['rate']:.2f} | {r['peak_gib']:.2f} |")
+    return "\n".join(lines)
+
+
 def part(sizes: str, quick: bool, estimate: bool, probe_only: bool, threads: int, timeout: float,
          compare: bool) -> str:
     """The long part as `benchmarks.report --part long` runs it (sizes: comma-separated n, None: the default)."""
