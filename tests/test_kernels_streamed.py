@@ -182,3 +182,14 @@ def test_mixed_truth_streams_where_the_maps_do_not_fit():
         L.streamed_operator = real
     assert calls and torch.allclose(a.value, b.value, rtol=1e-12, atol=0)
     assert torch.allclose(a.upper, b.upper, rtol=1e-6, atol=0)
+
+
+def test_truth_unchanged_where_memory_is_ample():
+    """The materialised truth with ample memory is certified_norm's usual run, bit for bit (route and basis rules
+    change nothing there)."""
+    w, X = _w(d=32, h=4), _X(2, 48, 32)
+    mv, rmv = L.layer_operator(X, w, True)
+    ref = L.certified_norm(mv, rmv, X, None, 2000, 0, x0=L.truth_start(X, w, 0, True), **CERT)
+    r = L.truth(X, w, causal=True, certify=CERT)
+    assert r.info["route"] == "materialised" and r.info["basis"] == "float64 basis of 30 vectors"
+    assert torch.equal(r.value, ref.value) and torch.equal(r.upper, ref.upper) and r.iters == ref.iters

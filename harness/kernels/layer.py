@@ -27,7 +27,7 @@ from harness.settings import (CERTIFY_STEPS, DENSE_MAX, MIXED_SLACK, MIXED_TOL, 
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
 from .power import PowerResult, top_singular_value
-from .route import basis_plan, basis_vectors, products_route, state_bytes
+from .route import basis_plan, basis_vectors, product_bytes, products_route, state_bytes
 from .starts import gaussian_rows, weight_tensors
 from .streamed import rotate, rotate_t, streamed_operator
 
@@ -283,13 +283,15 @@ def _mixed_norm(X: Tensor, w, causal, rope, route, residual, tol, iters, steps, 
     f32 = torch.float32
     rope32 = None if rope is None else tuple(t.to(f32) for t in rope)
     mv, rmv, _ = operator(X.to(f32), _cast(w, f32), causal, rope32, route, residual)
-    k32 = basis_vectors(plan.vector_bytes // 2, steps + 2, plan.krylov32)  # what is left beside the operator
+    n, d, inner = X.shape[-2], X.shape[-1], w.wq.shape[-3] * w.dh
+    B = X.shape[:-2].numel()  # what is left beside the operator and a product's temporaries:
+    k32 = basis_vectors(plan.vector_bytes // 2, steps + 2, plan.krylov32, reserve=B * product_bytes(n, d, inner, 4))
     r32 = lanczos(CallableGram(mv, rmv, batch, event, x0.to(f32)), x0.to(f32), iters=iters, tol=max(tol, MIXED_TOL),
                   krylov=k32, min_steps=steps, fail_prob=fail_prob)
     del mv, rmv
     mv, rmv, _ = operator(X, w, causal, rope, route, residual)
     v0 = r32.vector.to(X.dtype)
-    k64 = basis_vectors(plan.vector_bytes, 2, TRUTH_KRYLOV)
+    k64 = basis_vectors(plan.vector_bytes, 2, TRUTH_KRYLOV, reserve=B * product_bytes(n, d, inner, 8))
     r = lanczos(CallableGram(mv, rmv, batch, event, v0), v0, iters=iters, tol=tol, krylov=k64, min_steps=1)
     up = r32.upper.to(X.dtype) * (1 + MIXED_SLACK)
     up = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
@@ -342,7 +344,8 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
         name = products_route(B, w.wq.shape[-3], n, X.element_size(), route)
     else:
         matvec, rmatvec, name = operator(X, w, causal, rope, route, residual)
-        k = basis_vectors(plan.vector_bytes, steps + 2, plan.krylov)  # what is left beside the operator
+        k = basis_vectors(plan.vector_bytes, steps + 2, plan.krylov,  # left beside the operator and a product
+                          reserve=B * product_bytes(n, d, inner, X.element_size()))
         r = certified_norm(matvec, rmatvec, X, tol, iters, seed, steps, fail_prob, x0=x0, krylov=k)
         r.info = dict(basis=f"{plan.storage} basis of {k} vectors")
     r.info = dict(r.info, route=name, products=r.iters)

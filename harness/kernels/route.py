@@ -90,11 +90,18 @@ class BasisPlan:
         return f"float32 basis of {self.krylov32} vectors, then float64 basis of {self.krylov} (mixed)"
 
 
-def basis_vectors(vec_bytes: int, lo: int, hi: int, available: Optional[int] = None) -> int:
+def product_bytes(n: int, d: int, inner: int, itemsize: int) -> int:
+    """Bytes one Gram product's temporaries take beside the operator's state (the projections of the vector,
+    rotated copies, accumulators and the output: ~8 n inner + 3 n d), a planning figure; the 7B-size probe
+    (benchmarks.report --part long --probe) measured 1.6-2.5 GiB of them at n = 8192 in float64."""
+    return itemsize * (8 * n * inner + 3 * n * d)
+
+
+def basis_vectors(vec_bytes: int, lo: int, hi: int, available: Optional[int] = None, reserve: int = 0) -> int:
     """Basis size between lo and hi vectors (plus the solver's extra one) in BASIS_MEMORY_FRACTION of the memory
-    available now (after the operator is built)."""
-    avail = available_bytes() if available is None else available
-    return min(hi, max(lo, int(BASIS_MEMORY_FRACTION * avail // vec_bytes) - 1))
+    available now (after the operator is built), less `reserve` (a product's temporaries, product_bytes)."""
+    avail = (available_bytes() if available is None else available) - reserve
+    return min(hi, max(lo, int(BASIS_MEMORY_FRACTION * max(avail, 0) // vec_bytes) - 1))
 
 
 def basis_plan(batch: int, N: int, steps: int, dtype=torch.float64, available: Optional[int] = None,
