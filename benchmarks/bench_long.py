@@ -181,7 +181,7 @@ def estimate_report(sizes, threads: int) -> str:
             lines.append(f"| {n} | {p['route']} | does not fit: {p['why']} |" + " |" * 5)
             continue
         f, k, plan = p["flops"], CERT["steps"] + EXPECTED_EXTRA, p["plan"]
-        if plan.storage == "float32":
+        if plan.krylov32:
             t = CERT["steps"] * f / rates["float32"] + EXPECTED_EXTRA * f / rates["float64"]
         else:
             t = k * f / rates["float64"]

@@ -193,3 +193,10 @@ def test_truth_unchanged_where_memory_is_ample():
     r = L.truth(X, w, causal=True, certify=CERT)
     assert r.info["route"] == "materialised" and r.info["basis"] == "float64 basis of 30 vectors"
     assert torch.equal(r.value, ref.value) and torch.equal(r.upper, ref.upper) and r.iters == ref.iters
+
+
+def test_float32_input_truth_is_one_float32_solve():
+    """A float32 input's basis is plain float32 storage (no mixed phases), certified as before."""
+    w, X = _w(d=32, h=4).to(dtype=torch.float32), _X(2, 48, 32).float()
+    r = L.truth(X, w, certify=CERT)
+    assert r.info["basis"] == "float32 basis of 30 vectors" and "products32" not in r.info

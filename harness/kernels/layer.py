@@ -339,7 +339,7 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     reserved = tuple(B * state_bytes(n, d, inner, size) + X.numel() * X.element_size() for size in (8, 4))
     plan = basis_plan(B, N, steps, X.dtype, mixed_ok=mixed_ok, reserved=reserved)
     x0 = truth_start(X, w, seed, causal, residual)
-    if plan.storage == "float32":
+    if plan.krylov32:  # float32 storage of a float64 problem (a float32 input's plan is a plain one)
         r = _mixed_norm(X, w, causal, rope, route, residual, tol, iters, steps, fail_prob, x0, plan)
         name = products_route(B, w.wq.shape[-3], n, X.element_size(), route)
     else:

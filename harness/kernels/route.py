@@ -79,13 +79,13 @@ def products_route(batch: int, h: int, n: int, itemsize: int, route: str = "auto
 
 @dataclass(frozen=True)
 class BasisPlan:
-    storage: str  # "float64" (one solve in the input's dtype) or "float32" (mixed: float32 certified phase, float64)
+    storage: str  # the basis dtype: the input's (one solve), or "float32" for a float64 input with krylov32 > 0
     krylov: int  # basis size of the solve in the input's dtype (planned; fixed by basis_vectors once built)
-    krylov32: int  # basis size of the float32 phase (0 when storage is not float32)
+    krylov32: int  # basis size of the float32 phase of a mixed plan (0: one solve in the input's dtype)
     vector_bytes: int  # one basis vector of the batch in the input's dtype
 
     def describe(self) -> str:
-        if self.storage != "float32":
+        if not self.krylov32:
             return f"{self.storage} basis of {self.krylov} vectors"
         return f"float32 basis of {self.krylov32} vectors, then float64 basis of {self.krylov} (mixed)"
 
@@ -144,7 +144,7 @@ def plan_truth(n: int, d: int, h: int, steps: int, available: int, causal: bool 
         return out
     out["plan"] = plan
     b64 = (plan.krylov + 1) * plan.vector_bytes
-    if plan.storage == "float32":  # the phases run one after the other, each beside its own operator
+    if plan.krylov32:  # the phases run one after the other, each beside its own operator
         b32 = (plan.krylov32 + 1) * plan.vector_bytes // 2
         out["basis_bytes"], out["peak_bytes"] = b32, max(st[1] + b32, st[0] + b64)
     else:
