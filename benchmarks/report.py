@@ -14,6 +14,10 @@ float64, with the per-layer wall times (target <= 30 s on 2 threads). `--part be
 BERT-base (12 layers x 12 heads, d = 768) on one 512-token input: float64 with the mixed-precision truths
 (analyze's default), float64 throughout, float32, with peak RSS and each run's largest difference from float64
 (`--device cuda` computes the bounds on a GPU).
+`--part long`: the certified truth of a Llama-2-7B-size layer (d = 4096, 32 heads, RoPE, causal) at n = 1k-8k
+(`--sizes 1024,2048`), each in a child process, under an 8 GiB plan, with peak RSS, products, the GEMM rate and the
+ratio to the products' time at it, the linear fit of memory in n and the n = 1024 materialised-vs-streamed check
+(benchmarks/bench_long.py).
 `--part peak`: the machine's float64 / float32 GEMM rate and what it implies for the Lemma 1 (zeta) operator at
 ViT-B size (see docs/notes/kernels.md).
 `--part floor` (where the zeta targets are not met): ours vs our operator's products alone (float64, float32) vs
@@ -49,6 +53,7 @@ import torch
 
 from benchmarks.bench_lofast import (JAC_BATCH, JAC_ITERS, SIZES, case, dense_m_bytes, dense_m_norms, dense_zeta,
                                      jac_batched, jac_loop, peak_rss_mb, svds_m_norms, svds_zeta)
+from benchmarks import bench_long
 from benchmarks.bench_analyze import BERT_RUNS, analyze_report, bert_report
 from benchmarks.floor import floor_report, peak_report
 from benchmarks.threads import background_job
@@ -213,7 +218,8 @@ def timed_part(part: str, fn, counts) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "bert", "peak", "floor"], default="kernels")
+    ap.add_argument("--part", choices=["kernels", "lofast", "analyze", "bert", "peak", "floor", "long"],
+                    default="kernels")
     ap.add_argument("--sizes", default=None,
                     help="kernels / floor parts: comma-separated sizes "
                          "(default small,batch,mid,vitb,big / small,vitb)")
@@ -230,6 +236,14 @@ def main(argv=None):
     ap.add_argument("--runs", default="float64,mixed,float32",
                     help="bert part: which analyses, in order (float64 throughout, mixed truths, float32; "
                          "a name twice runs it again)")
+    ap.add_argument("--long-timeout", type=float, default=3600, help="long part: seconds per size before it is "
+                    "reported unfinished")
+    ap.add_argument("--estimate", "--dry-run", action="store_true",
+                    help="long part: print each size's memory plan and estimated time, compute nothing")
+    ap.add_argument("--probe", action="store_true",
+                    help="long part: one streamed Gram product per size and dtype (time, rate, peak RSS), no truth")
+    ap.add_argument("--no-compare", action="store_true", help="long part: skip the n = 1024 route comparison")
+    ap.add_argument("--long-job", nargs=2, metavar=("N", "ROUTE"), help=argparse.SUPPRESS)
     ap.add_argument("--mem-job", nargs=2, metavar=("SCALE", "JOB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     try:
@@ -245,9 +259,14 @@ def main(argv=None):
     bad = sorted(set(a.runs.split(",")) - set(BERT_RUNS))
     if bad:
         ap.error(f"--runs: unknown {bad}; choose from {sorted(BERT_RUNS)}")
+    if a.part == "long" and a.sizes and not all(x.strip().isdigit() and int(x) > 0 for x in a.sizes.split(",")):
+        ap.error(f"--sizes for the long part: comma-separated token counts (1024,2048), got {a.sizes!r}")
     a.threads = counts[0]
     set_threads(a.threads)
     retain_freed_memory()  # as `attnlip analyze` does (a --mem-job child keeps its own MALLOC_MMAP_THRESHOLD_)
+    if a.long_job:  # child process of the long part: one truth, a JSON line
+        bench_long.main_job(int(a.long_job[0]), a.long_job[1])
+        return
     if a.mem_job:  # child process: print the peak RSS increase of one job
         fn = jobs(a.mem_job[0])[a.mem_job[1]]
         print(peak_rss_mb(fn)[1])
@@ -258,7 +277,9 @@ def main(argv=None):
     timed = {"kernels": lambda: kernels_rows(sizes("small,batch,mid,vitb,big"), a.repeats),
              "analyze": lambda: analyze_report(1 if a.quick else a.repeats, walls), "peak": peak_report,
              "bert": lambda: bert_report(a.quick, a.device, a.runs.split(",")),
-             "floor": lambda: floor_report(sizes("small,vitb"), a.repeats)}
+             "floor": lambda: floor_report(sizes("small,vitb"), a.repeats),
+             "long": lambda: bench_long.part(a.sizes, a.quick, a.estimate, a.probe, a.threads, a.long_timeout,
+                                             not a.no_compare)}
     if a.part in timed:
         t0 = time.perf_counter()
         for phase in ("idle", "busy") if a.busy else ("",):

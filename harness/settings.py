@@ -62,6 +62,19 @@ Algorithm choices by size
 - `CERT_DENSE_MAX` = 1024: n * d up to which a certified truth (kernels.layer.truth with certify) is the explicit
   Jacobian's SVD, exact up to its rounding allowance, instead of a Kuczynski-Wozniakowski estimate (which inflates
   the value by its relative eps and needs about as many products as the space has dimensions at this size).
+- `STREAM_BLOCK_Q` = 256, `STREAM_BLOCK_K` = 512: the query rows x key columns of one block of the streamed
+  products (kernels.streamed): h x 256 x 512 probabilities per temporary (32 MiB in float64 at 32 heads), large
+  enough that the block GEMMs run near the machine's GEMM rate, small enough that a few temporaries stay far below
+  the O(n d) state at long n.
+- `MAPS_MEMORY_FRACTION` = 0.25: the layer Jacobian keeps its h x n x n maps (kernels.layer's materialised route)
+  while the maps and their product temporaries (4 maps) take at most this fraction of the memory available when
+  the operator is built; beyond it the streamed route runs (kernels.route).
+- `TRUTH_KRYLOV` = 30: the certified truth's Lanczos basis (kernels.layer.certified_norm, at least steps + 2 so
+  the certificate's first cycle is unrestarted): a restart every 30 products keeps the Ritz values' bookkeeping
+  small beside the layer's products.
+- `BASIS_MEMORY_FRACTION` = 0.8: the certified truth's Lanczos basis may take this fraction of the memory available
+  after the operator's state (the rest: a product's temporaries): its size, and whether it is stored in float32
+  (kernels.route).
 - `SUSPICIOUS_STEPS` = 2: a caller's start vector that converges within this many products is checked again from
   a random start (it may have been orthogonal to the top singular vector).
 - `SMALL_MAX_BATCH` = 8: operators per call up to which kernels.small's NumPy Lanczos takes a small problem; above
@@ -161,6 +174,10 @@ PARTIAL_MIN_BYTES = 32 * 2**20
 WORKSPACE_BYTES = 2 * KRYLOV_BYTES
 DENSE_MAX = 384
 CERT_DENSE_MAX = 1024
+STREAM_BLOCK_Q, STREAM_BLOCK_K = 256, 512
+MAPS_MEMORY_FRACTION = 0.25
+BASIS_MEMORY_FRACTION = 0.8
+TRUTH_KRYLOV = 30
 SUSPICIOUS_STEPS = 2
 SMALL_MAX_BATCH = 8
 

@@ -21,12 +21,15 @@ from typing import Optional, Sequence
 
 import torch
 
-from harness.settings import CERT_DENSE_MAX, CERTIFY_STEPS, DENSE_MAX, REPORT_FAIL_PROB, SVD_ROUNDING, truth_tol
+from harness.settings import (CERT_DENSE_MAX, CERTIFY_STEPS, DENSE_MAX, MIXED_SLACK, MIXED_TOL, REPORT_FAIL_PROB,
+                              SVD_ROUNDING, TRUTH_KRYLOV, truth_tol)
 
 from .attention import AttentionWeights, attention_unchecked, causal_mask, check_input
 from .krylov import CallableGram, lanczos
 from .power import PowerResult, top_singular_value
+from .route import basis_plan, basis_vectors, product_bytes, products_route, state_bytes
 from .starts import gaussian_rows, weight_tensors
+from .streamed import rotate, rotate_t, streamed_operator
 
 Tensor = torch.Tensor
 
@@ -41,11 +44,13 @@ def _merge(t: Tensor) -> Tensor:
     return t.transpose(-2, -3).flatten(-2)
 
 
-def layer_operator(X: Tensor, w: AttentionWeights, causal: bool = False):
+def layer_operator(X: Tensor, w: AttentionWeights, causal: bool = False, rope=None):
     """(matvec, rmatvec) of the Jacobian J_F(X) of F(X) = sum_l P_l (X wv_l + bv_l) wo_l + bo: (..., n, d) both ways.
 
     Weights may carry leading batch dims broadcasting against X's (e.g. one head per batch element, see
     stack_heads). The three input projections are one (d, 3 h dh) GEMM and the output projection one (h dh, d).
+    rope: (cos, sin) (n, dh) rotary tables (kernels.streamed.rope_tables) applied to q and k, or None. The h x n x n
+    maps are kept: kernels.streamed is the same operator without them.
     """
     check_input(X, w.d)
     X = X.detach()
@@ -63,6 +68,10 @@ def layer_operator(X: Tensor, w: AttentionWeights, causal: bool = False):
         k = k + w.bk.unsqueeze(-2)
     if w.bv is not None:
         v = v + w.bv.unsqueeze(-2)
+    rot, rot_t = (lambda t: t), (lambda t: t)
+    if rope is not None:
+        rot, rot_t = (lambda t: rotate(t, *rope)), (lambda t: rotate_t(t, *rope))
+        q, k = rot(q), rot(k)
     S = q @ k.transpose(-1, -2) * sc  # (..., h, n, n)
     if causal:
         S = S.masked_fill(causal_mask(X.shape[-2], X.device), float("-inf"))
@@ -78,6 +87,8 @@ def layer_operator(X: Tensor, w: AttentionWeights, causal: bool = False):
 
     def matvec(U: Tensor) -> Tensor:
         dq, dk, dv = (_heads(t, h) for t in (U @ Wqkv).chunk(3, dim=-1))  # (..., h, n, dh)
+        if rope is not None:
+            dq, dk = rot(dq), rot(dk)
         pair = lambda a, b: torch.cat(torch.broadcast_tensors(a, b), -1)  # U may carry more batch dims than X
         dS = pair(dq, qs) @ pair(ks, dk).transpose(-1, -2)  # (..., h, n, n)
         dP = softmax_diff(dS)  # masked entries have P = 0, so dP = 0 there
@@ -87,6 +98,8 @@ def layer_operator(X: Tensor, w: AttentionWeights, causal: bool = False):
         Gh = _heads(G @ WoT, h)  # (..., h, n, dh)
         dS = softmax_diff((Gh * sc) @ vT)  # (..., h, n, n)
         dq, dk, dv = dS @ k, dS.transpose(-1, -2) @ q, PT @ Gh  # (..., h, n, dh)
+        if rope is not None:
+            dq, dk = rot_t(dq), rot_t(dk)
         return torch.cat([_merge(dq), _merge(dk), _merge(dv)], dim=-1) @ WqkvT  # (..., n, d)
 
     return matvec, rmatvec
@@ -134,19 +147,23 @@ def _dense(matvec, X: Tensor) -> PowerResult:
                        upper=value * (1 + SVD_ROUNDING * N * torch.finfo(X.dtype).eps), fail_prob=0.0)
 
 
-def _dense_certified(X: Tensor, w, causal: bool, residual: bool) -> PowerResult:
+def _dense_certified(X: Tensor, w, causal: bool, residual: bool, rope=None, route: str = "auto") -> PowerResult:
     """A certified truth from the explicit Jacobian's SVD, computed in float64 whatever X's dtype (float32 inputs and
     weights are float64 numbers exactly, so this is the layer as given, with float64's rounding allowance), value and
     upper estimate rounded to X's dtype (the upper one upwards)."""
     X64 = X.to(torch.float64)
-    mv, _ = layer_operator(X64, w if X.dtype == torch.float64 else w.to(dtype=torch.float64), causal)
-    r = _dense((lambda E: mv(E) + E) if residual else mv, X64)
-    if X.dtype == torch.float64:
-        return r
-    up = r.upper.to(X.dtype)
-    up = torch.where(up.to(torch.float64) < r.upper, torch.nextafter(up, torch.full_like(up, math.inf)), up)
-    return PowerResult(r.value.to(X.dtype), r.converged, r.vector.to(X.dtype), r.iters, r.rel_change.to(X.dtype),
-                       upper=up, fail_prob=0.0)
+    if rope is not None:
+        rope = tuple(t.to(torch.float64) for t in rope)
+    mv, _, name = operator(X64, w if X.dtype == torch.float64 else _cast(w, torch.float64), causal, rope, route,
+                           residual)
+    r = _dense(mv, X64)
+    if X.dtype != torch.float64:
+        up = r.upper.to(X.dtype)
+        up = torch.where(up.to(torch.float64) < r.upper, torch.nextafter(up, torch.full_like(up, math.inf)), up)
+        r = PowerResult(r.value.to(X.dtype), r.converged, r.vector.to(X.dtype), r.iters, r.rel_change.to(X.dtype),
+                        upper=up, fail_prob=0.0)
+    r.info = dict(route=name, basis="dense")
+    return r
 
 
 def paper_value(X: Tensor, w: AttentionWeights, causal: bool = False) -> Tensor:
@@ -203,12 +220,6 @@ class BatchedWeights:
         self.wq, self.wk, self.wv, self.wo, self.bq, self.bk, self.bv, self.bo = wq, wk, wv, wo, bq, bk, bv, bo
         self.d, self.dh = wq.shape[-2], wq.shape[-1]
 
-    def to(self, dtype=None, device=None) -> "BatchedWeights":
-        """The same weights cast, as AttentionWeights.to."""
-        cast = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731
-        return BatchedWeights(*(cast(t) for t in (self.wq, self.wk, self.wv, self.wo, self.bq, self.bk, self.bv,
-                                                   self.bo)))
-
 
 # ---- the truth: one function for the registry, analyze and the Castin experiments ------------------------------
 def reduced_heads(X: Tensor, w):
@@ -248,23 +259,71 @@ def truth_start(X: Tensor, w, seed: int, causal: bool, residual: bool = False) -
 
 def certified_norm(matvec, rmatvec, X: Tensor, tol: Optional[float] = None, iters: int = 2000, seed: int = 0,
                    steps: int = CERTIFY_STEPS, fail_prob: float = REPORT_FAIL_PROB,
-                   x0: Optional[Tensor] = None) -> PowerResult:
+                   x0: Optional[Tensor] = None, krylov: Optional[int] = None) -> PowerResult:
     """||J|| of an operator on X-shaped tensors (..., n, d), by Lanczos on J^T J from a Gaussian drawn before
     looking, at least `steps` products before stopping, so `upper` is the Kuczynski-Wozniakowski certified upper
     estimate (probability >= 1 - fail_prob over the start; docs/math.md §4). Values (...,). x0 (B, n d): the start
     (default gaussian_start(X, seed), hashed from X alone: pass one hashed from the operator's weights too, as
-    `truth` does, when the operator is not a function of X alone)."""
+    `truth` does, when the operator is not a function of X alone). krylov: the basis size (default
+    max(TRUTH_KRYLOV, steps + 2); at least steps + 2, so the certificate's first cycle is unrestarted)."""
     tol = truth_tol(X.dtype) if tol is None else tol
     batch, event = X.shape[:-2], X.shape[-2:]
     x0 = gaussian_start(X, seed) if x0 is None else x0
     op = CallableGram(matvec, rmatvec, batch, event, x0)
-    r = lanczos(op, x0, iters=iters, tol=tol, krylov=max(30, steps + 2), min_steps=steps, fail_prob=fail_prob)
+    krylov = max(TRUTH_KRYLOV, steps + 2) if krylov is None else max(int(krylov), steps + 2)
+    r = lanczos(op, x0, iters=iters, tol=tol, krylov=krylov, min_steps=steps, fail_prob=fail_prob)
     return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape), r.products,
                        r.rel.reshape(batch), r.upper.reshape(batch), fail_prob, steps=r.steps.reshape(batch))
 
 
+def operator(X: Tensor, w, causal: bool = False, rope=None, route: str = "auto", residual: bool = False):
+    """(matvec, rmatvec, route name) of J_F(X) (+ I when residual), by kernels.route's rule: the materialised maps
+    (layer_operator) while they fit, else the streamed products (kernels.streamed); route forces either."""
+    name = products_route(X.shape[:-2].numel(), w.wq.shape[-3], X.shape[-2], X.element_size(), route)
+    mv, rmv = (layer_operator if name == "materialised" else streamed_operator)(X, w, causal, rope)
+    if residual:  # J_F + I and its adjoint J_F^T + I
+        return (lambda E: mv(E) + E), (lambda G: rmv(G) + G), name
+    return mv, rmv, name
+
+
+def _cast(w, dtype):
+    """AttentionWeights or BatchedWeights in `dtype`."""
+    if isinstance(w, BatchedWeights):
+        return BatchedWeights(*(None if t is None else t.to(dtype) for t in (w.wq, w.wk, w.wv, w.wo, w.bq, w.bk,
+                                                                              w.bv, w.bo)))
+    return w.to(dtype=dtype)
+
+
+def _mixed_norm(X: Tensor, w, causal, rope, route, residual, tol, iters, steps, fail_prob, x0, plan) -> PowerResult:
+    """The certified norm with a float32 basis (docs/math.md §4, "Mixed precision"): the float32 phase from the
+    float64 start rounded (first cycle >= steps products, KW estimate padded by MIXED_SLACK), then float64 Lanczos
+    from its Ritz vector to tol with plan.krylov vectors; each phase's operator built only while it runs."""
+    batch, event = X.shape[:-2], X.shape[-2:]
+    f32 = torch.float32
+    rope32 = None if rope is None else tuple(t.to(f32) for t in rope)
+    mv, rmv, _ = operator(X.to(f32), _cast(w, f32), causal, rope32, route, residual)
+    n, d, inner = X.shape[-2], X.shape[-1], w.wq.shape[-3] * w.dh
+    B = X.shape[:-2].numel()  # what is left beside the operator and a product's temporaries:
+    k32 = basis_vectors(plan.vector_bytes // 2, steps + 2, plan.krylov32, reserve=B * product_bytes(n, d, inner, 4))
+    r32 = lanczos(CallableGram(mv, rmv, batch, event, x0.to(f32)), x0.to(f32), iters=iters, tol=max(tol, MIXED_TOL),
+                  krylov=k32, min_steps=steps, fail_prob=fail_prob)
+    del mv, rmv
+    mv, rmv, _ = operator(X, w, causal, rope, route, residual)
+    v0 = r32.vector.to(X.dtype)
+    k64 = basis_vectors(plan.vector_bytes, 2, TRUTH_KRYLOV, reserve=B * product_bytes(n, d, inner, 8))
+    r = lanczos(CallableGram(mv, rmv, batch, event, v0), v0, iters=iters, tol=tol, krylov=k64, min_steps=1)
+    up = r32.upper.to(X.dtype) * (1 + MIXED_SLACK)
+    up = torch.where(torch.isfinite(up), torch.maximum(up, r.value), up)
+    return PowerResult(r.value.reshape(batch), r.converged.reshape(batch), r.vector.reshape(X.shape),
+                       r.products + r32.products, r.rel.reshape(batch), up.reshape(batch), fail_prob,
+                       steps=(r.steps + r32.steps).reshape(batch),
+                       info=dict(products32=r32.products, basis=f"float32 basis of {k32} vectors, then float64 basis "
+                                                                f"of {k64} (mixed)"))
+
+
 def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional[float] = None, iters: int = 2000,
-          seed: int = 0, certify: Optional[dict] = None, residual: bool = False) -> PowerResult:
+          seed: int = 0, certify: Optional[dict] = None, residual: bool = False, route: str = "auto",
+          rope=None) -> PowerResult:
     """The true local Lipschitz constant at X (..., n, d): ||J_F(X)|| of the layer (values (...,)) or, heads=True,
     ||J_{f_l}(X)|| of every head's map f_l(X) = P_l (X wv_l + bv_l) wo_l (values (..., h), on reduced_heads).
 
@@ -272,18 +331,38 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     layers, else Lanczos from the hashed Gaussian); certify=dict(steps=..., fail_prob=...): on small layers (n d <=
     CERT_DENSE_MAX) the explicit Jacobian's SVD, `upper` its value padded by SVD_ROUNDING n d eps (fail_prob 0), else
     certified_norm, whose `upper` is the KW estimate. residual=True: the constant of X -> F(X) + X, ||J_F(X) + I||
-    (layer only, with certify). Non-convergence is not raised: read `.converged`."""
+    (layer only, with certify). Non-convergence is not raised: read `.converged`.
+    With certify, the products run by kernels.route's rule (route="auto"; "materialised" / "streamed" force one)
+    and the basis is kernels.route.basis_plan's (float64 as always while it fits; a smaller float64 basis, then
+    a float32 one through the mixed-precision contract, where memory is short); `info` states both. rope: (cos,
+    sin) (n, dh) rotary tables (kernels.streamed.rope_tables), with certify only."""
     if residual and (heads or certify is None):
         raise ValueError("truth(residual=True) is the certified layer constant: pass certify=dict(...), heads=False")
+    if rope is not None and certify is None:
+        raise ValueError("truth(rope=...) is the certified truth: pass certify=dict(steps=..., fail_prob=...)")
     if heads:
         X, w = reduced_heads(X, w)
     if certify is None:
         return lipschitz(X, w, causal, tol=tol, iters=iters, seed=seed)
-    if X.shape[-2] * X.shape[-1] <= CERT_DENSE_MAX:  # exact: the explicit Jacobian's SVD, padded for its rounding
-        return _dense_certified(X, w, causal, residual)  # (no KW inflation where Krylov would span the space)
-    matvec, rmatvec = layer_operator(X, w, causal)
-    if residual:  # J_F + I and its adjoint J_F^T + I
-        mv, rmv = matvec, rmatvec
-        matvec, rmatvec = (lambda E: mv(E) + E), (lambda G: rmv(G) + G)
-    return certified_norm(matvec, rmatvec, X, tol, iters, seed, **certify,
-                          x0=truth_start(X, w, seed, causal, residual))
+    N = X.shape[-2] * X.shape[-1]
+    if N <= CERT_DENSE_MAX:  # exact: the explicit Jacobian's SVD, padded for its rounding (no Kuczynski-Wozniakowski
+        return _dense_certified(X, w, causal, residual, rope, route)  # inflation where Krylov would span the space)
+    tol = truth_tol(X.dtype) if tol is None else tol
+    steps, fail_prob = int(certify["steps"]), float(certify["fail_prob"])
+    B = X.shape[:-2].numel()
+    mixed_ok = X.dtype == torch.float64 and not (X.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
+    n, d, inner = X.shape[-2], X.shape[-1], w.wq.shape[-3] * w.dh
+    reserved = tuple(B * state_bytes(n, d, inner, size) + X.numel() * X.element_size() for size in (8, 4))
+    plan = basis_plan(B, N, steps, X.dtype, mixed_ok=mixed_ok, reserved=reserved)
+    x0 = truth_start(X, w, seed, causal, residual)
+    if plan.krylov32:  # float32 storage of a float64 problem (a float32 input's plan is a plain one)
+        r = _mixed_norm(X, w, causal, rope, route, residual, tol, iters, steps, fail_prob, x0, plan)
+        name = products_route(B, w.wq.shape[-3], n, X.element_size(), route)
+    else:
+        matvec, rmatvec, name = operator(X, w, causal, rope, route, residual)
+        k = basis_vectors(plan.vector_bytes, steps + 2, plan.krylov,  # left beside the operator and a product
+                          reserve=B * product_bytes(n, d, inner, X.element_size()))
+        r = certified_norm(matvec, rmatvec, X, tol, iters, seed, steps, fail_prob, x0=x0, krylov=k)
+        r.info = dict(basis=f"{plan.storage} basis of {k} vectors")
+    r.info = dict(r.info, route=name, products=r.iters)
+    return r

@@ -72,8 +72,9 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
           seed: int = 0, certify: Optional[dict] = None) -> PowerResult:
     """kernels.layer.truth(X, w, causal, heads, tol, iters, seed, certify) through the mixed route: the certified
     norm in float32 from kernels.layer.certified_norm's float64 Gaussian start rounded to float32 (the head reduction
-    done once, in float64, so both phases see the same operator), then float64 Lanczos from its Ritz vector. certify=dict(steps=..., fail_prob=...) is required (the mixed route is for certified
-    truths); where `applies(X)` is False this is kernels.layer.truth itself. `products` counts both phases."""
+    done once, in float64, so both phases see the same operator), then float64 Lanczos from its Ritz vector.
+    certify=dict(steps=..., fail_prob=...) is required (the mixed route is for certified truths); where `applies(X)`
+    is False this is kernels.layer.truth itself. `products` counts both phases."""
     if certify is None:
         raise ValueError("mixed.truth is the certified truth: pass certify=dict(steps=..., fail_prob=...)")
     if not applies(X):
@@ -86,8 +87,9 @@ def truth(X: Tensor, w, causal: bool = False, heads: bool = False, tol: Optional
     batch, event = X.shape[:-2], X.shape[-2:]
     steps, fail_prob = int(certify["steps"]), float(certify["fail_prob"])
     x0 = layer.truth_start(X, w, seed, causal)  # kernels.layer.truth's certified start, in float64
-    op = CallableGram(*layer.layer_operator(X, w, causal), batch, event, x0)
-    op32 = CallableGram(*layer.layer_operator(X.to(torch.float32), _as32(w), causal), batch, event,
+    # products by kernels.route's rule (the maps while they fit, else streamed), as layer.truth's
+    op = CallableGram(*layer.operator(X, w, causal)[:2], batch, event, x0)
+    op32 = CallableGram(*layer.operator(X.to(torch.float32), _as32(w), causal)[:2], batch, event,
                         x0.to(torch.float32))
     r, products32 = lanczos_mixed(op, op32, x0, fail_prob, iters=iters, tol=tol, krylov=max(30, steps + 2),
                                   min_steps=steps)

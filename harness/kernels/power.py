@@ -34,6 +34,7 @@ class PowerResult:
     fail_prob: Optional[float] = None  # failure probability of `upper` (over the random start)
     restarted: Optional[Tensor] = None  # (*batch,) bool: a suspicious caller start was checked from a random one
     steps: Optional[Tensor] = None  # (*batch,) products spent on each operator (Lanczos: deflation stops early)
+    info: Optional[dict] = None  # how it was computed where a caller chose among routes (kernels.layer.truth)
 
 
 def _norm(v: Tensor, event_dims: int) -> Tensor:
