@@ -133,9 +133,9 @@ def test_truth_with_rope_against_dense():
 
 def test_truth_float32_basis_keeps_the_certificate(monkeypatch):
     """Where only a float32 basis fits, the truth takes the mixed route: float64 value, certificate >= exact."""
-    w, X = _w(d=16, h=2), _X(30, 16)
+    w, X = _w(d=16, h=2), _X(70, 16)  # n d = 1120 > CERT_DENSE_MAX: Lanczos, not the dense route
     exact = torch.linalg.matrix_norm(dense_jacobian(L.layer_map(w), X), 2)
-    plan = R.BasisPlan("float32", 6, 26, 30 * 16 * 8)
+    plan = R.BasisPlan("float32", 6, 26, 70 * 16 * 8)
     monkeypatch.setattr(L, "basis_plan", lambda *a, **k: plan)
     r = L.truth(X, w, certify=CERT, route="streamed")
     assert "float32" in r.info["basis"]

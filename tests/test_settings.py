@@ -193,8 +193,8 @@ def test_refined_and_second_order_share_one_row_terms_per_state(monkeypatch):
 
 
 # Signature defaults that are conventions, not settings: an axis, the batch layout, a seed (every random start is
-# seeded by its caller's seed, 0 by default), the index of a head or a term.
-CONVENTIONS = {"dim", "batch_dims", "event_dims", "seed", "head", "k", "products"}
+# seeded by its caller's seed, 0 by default), the index of a head or a term, a batch count or bytes held back (1, 0).
+CONVENTIONS = {"dim", "batch_dims", "event_dims", "seed", "head", "k", "products", "batch", "reserve"}
 # Modules whose numeric defaults still stand in their signatures (their values are listed by the test's message).
 SIGNATURE_DEFAULTS_NOT_YET_IN_SETTINGS = {
     *(f"harness/kernels/{m}.py" for m in ("attention", "deflation", "krylov", "layer", "mixed", "starts")),
