@@ -62,6 +62,7 @@ class LayerTerms:
     xi: Tensor  # (B, h) eq. 21
     b: Tensor  # (h,) ||B_l|| (unscaled wq_l wk_l^T)
     xvo: Tensor  # (B, h) ||Z VO_l||
+    xvo_c: Tensor  # (B, h) ||(Z - 1 zbar) VO_l||: what ours (refined, second_order) read (lofast.centered_value_norm)
     vo: Tensor  # (h,) ||VO_l||
     dh: int
     converged: Tensor  # (B,) power iterations converged
@@ -101,7 +102,7 @@ def layer_terms(Z: Tensor, w: AttentionWeights, fine: bool = True, residual: boo
         conv = conv & tr.converged
     return LayerTerms(
         zeta=z, naive1=lofast.naive_delta1(Z, w, one, residual=residual), m=m, xi=lofast.xi(Z, w),
-        b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2),
+        b=w.B_norm(), xvo=torch.linalg.matrix_norm(Z.unsqueeze(-3) @ VO, ord=2), xvo_c=lofast.centered_value_norm(Z, w),
         vo=w.VO_norm(), dh=w.dh, converged=conv, zeta_up=zi.zeta.upper, m_up=m_up, fail_prob=zi.zeta.fail_prob,
         rows=lofast_refined.row_terms(Z, w) if fine else None, Z=Z, w=w,
         truth=None if tr is None else tr.value, truth_up=None if tr is None else tr.upper)
@@ -127,7 +128,7 @@ def layer_delta(t: LayerTerms, eps: Tensor, bound: str, certified: bool = False)
     if certified and (t.zeta_up is None or (v.needs_m and t.m_up is None)):
         raise ValueError("certified=True needs the certified upper estimates (LayerTerms from layer_terms)")
     return v.delta(eps, zeta=t.zeta_up if certified else t.zeta, naive1=t.naive1, m_fine=t.m_up if certified else t.m,
-                   xi=t.xi, b=t.b, xvo=t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
+                   xi=t.xi, b=t.b, xvo=t.xvo_c if v.c == "refined" else t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
 
 
 def _second_order_delta(t: LayerTerms, eps: Tensor, certified: bool) -> Tensor:
@@ -138,7 +139,7 @@ def _second_order_delta(t: LayerTerms, eps: Tensor, certified: bool) -> Tensor:
                          "layer_terms with fine=True")
     m = t.m_up if certified else t.m
     U = t.truth_up if certified else t.truth
-    curv = second_order.CurvatureTerms(m=m, b=t.b, xvo=t.xvo, vo=t.vo, dh=t.dh, rows=t.rows)
+    curv = second_order.CurvatureTerms(m=m, b=t.b, xvo=t.xvo_c, vo=t.vo, dh=t.dh, rows=t.rows)
     return second_order.delta(U, curv, eps)
 
 
