@@ -35,7 +35,7 @@ import torch
 from harness.bounds import registry
 from harness.bounds.input_state import InputState
 from harness.kernels import layer
-from harness.kernels.attention import AttentionWeights, attention_unchecked
+from harness.kernels.attention import AttentionWeights, attention_unchecked, scores
 from harness.kernels.pgd import pgd_maximize
 from harness.kernels.power import dense_jacobian
 
@@ -124,15 +124,7 @@ def true_change(w: AttentionWeights, X: torch.Tensor, eps: float, linear: bool, 
 def margin_attack(F, w: AttentionWeights, X: torch.Tensor, eps: float, rows: int = 4) -> torch.Tensor:
     """The change at the points that push the smallest margins s_ik* - s_ij down the most (B,): near one-hot rows
     have a vanishing softmax gradient, so PGD on the change alone does not find the point where a row tips over."""
-    from harness.bounds.lofast_ops import prepare, query_key
-
-    wp = prepare(X, w)
-
-    def scores(Z):
-        Q, K = query_key(Z, wp)
-        return Q @ K.transpose(-1, -2) / math.sqrt(wp.dh)
-
-    S = scores(X)
+    S = scores(X, w)
     n = S.shape[-1]
     top = S.argmax(-1, keepdim=True)
     margin = (S.gather(-1, top) - S).masked_fill(torch.nn.functional.one_hot(top[..., 0], n).bool(), math.inf)
@@ -141,7 +133,7 @@ def margin_attack(F, w: AttentionWeights, X: torch.Tensor, eps: float, rows: int
         for f in margin[b].flatten().argsort()[:rows].tolist():
             l, i, j = f // (n * n), (f // n) % n, f % n
             k = int(top[b, l, i, 0])
-            push = lambda U: (lambda S: S[0, l, i, j] - S[0, l, i, k])(scores(X[b:b + 1] + U)).reshape(1)  # noqa
+            push = lambda U: (lambda S: S[0, l, i, j] - S[0, l, i, k])(scores(X[b:b + 1] + U, w)).reshape(1)  # noqa
             U = pgd_maximize(push, torch.zeros_like(X[b:b + 1]), eps, steps=30, restarts=1, batch_dims=1).delta
             for t in (0.5, 1.0):
                 best[b] = max(float(best[b]), float((F(X[b:b + 1] + t * U) - F(X[b:b + 1])).norm()))

@@ -9,7 +9,7 @@ import torch
 
 from harness.bounds import lofast_refined, second_order
 from harness.bounds.lofast_ops import prepare, query_key
-from harness.kernels.attention import AttentionWeights, probs as attention_probs
+from harness.kernels.attention import AttentionWeights, probs as attention_probs, scores
 from harness.kernels.pgd import pgd_maximize
 
 D64 = torch.float64
@@ -21,11 +21,6 @@ def _layer(seed, scale, bias=False, d=6, h=2):
     return AttentionWeights(w.wq * scale, w.wk * scale, w.wv, w.wo, w.bq, w.bk, w.bv, w.bo), g
 
 
-def _scores(X, w):
-    Q, K = query_key(X, w)
-    return Q @ K.transpose(-1, -2) / math.sqrt(w.dh)
-
-
 @pytest.mark.parametrize("bias", [False, True])
 def test_pair_terms_equal_a_direct_computation(bias):
     w, g = _layer(0, 3.0, bias)
@@ -33,7 +28,7 @@ def test_pair_terms_equal_a_direct_computation(bias):
     w = prepare(X, w)
     t = lofast_refined.row_terms(X, w)
     Q, K = query_key(X, w)
-    S = _scores(X, w)
+    S = scores(X, w)
     top = S.argmax(-1)
     for b, l, i, j in torch.cartesian_prod(*(torch.arange(k) for k in (3, 2, 5, 5))).tolist():
         k = int(top[b, l, i])
@@ -53,7 +48,7 @@ def test_every_margin_falls_less_than_its_bound(scale, bias, causal):
     X = torch.randn(2, 4, 6, dtype=D64, generator=g)
     w = prepare(X, w)
     t = lofast_refined.row_terms(X, w, causal)
-    S0 = _scores(X, w)
+    S0 = scores(X, w)
     top = t.logp.argmax(-1, keepdim=True)
     worst = 0.0
     for eps in (1e-3, 1e-1, 1.0):
@@ -63,7 +58,7 @@ def test_every_margin_falls_less_than_its_bound(scale, bias, causal):
                 continue
 
             def fall(U, l=l, i=i, j=j):
-                S = _scores(X + U, w)
+                S = scores(X + U, w)
                 k = top[:, l, i, 0]
                 ar = torch.arange(X.shape[0])
                 return (S0[ar, l, i, k] - S0[ar, l, i, j]) - (S[ar, l, i, k] - S[ar, l, i, j])
@@ -90,7 +85,7 @@ def test_mixed_constant_bounds_the_attention_change(scale, causal):
     for eps in (1e-4, 1e-2, 1.0):
         e = torch.tensor(eps, dtype=D64)
         T = e * (m * 1.0001 + w.B_norm() * e) / math.sqrt(w.dh)
-        c_mix = lofast_refined.change_constant(t, e, T)
+        c_mix = lofast_refined.change_constant(t, e, m * 1.0001, w.B_norm())
         c = lofast_refined.softmax_constant(t, e)
         assert (c_mix <= c).all()
         gains.append(float((c / c_mix.clamp_min(1e-300)).max()))

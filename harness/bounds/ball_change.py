@@ -14,7 +14,6 @@ estimates of zeta and ||M_l||); `Theorem1Variant.at_state` from an InputState (t
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -55,8 +54,7 @@ class Theorem1Variant:
         if self.c == "refined":
             if rows is None:
                 raise ValueError("the refined bound needs the per-row softmax terms: compute them with fine=True")
-            e = eps.unsqueeze(-1) if eps.dim() else eps
-            c = lofast_refined.change_constant(rows, eps, e * (m + b * e) / math.sqrt(dh))
+            c = lofast_refined.change_constant(rows, eps, m, b)
         else:
             c = float(self.c)
         d1 = naive1 if self.delta1 == "naive" else zeta

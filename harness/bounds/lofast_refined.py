@@ -21,8 +21,9 @@ min(1/2, max_ik p_ik), which gives a valid local Lipschitz bound as well (`lipsc
     row_terms(X, w, causal) -> RowTerms            per-input ingredients, computed once
     softmax_constant(t, eps) -> (..., h)           c_l(eps), eps a scalar or (...,) tensor
     row_constants(t, eps) -> two (..., h, n)       per row: that constant and the second-derivative one (second_order)
-    change_constant(t, eps, T) -> (..., h)         c'_l <= c_l with ||P_l' - P_l||_F <= c'_l T_l (tipped rows)
+    change_constant(t, eps, m, b) -> (..., h)      c'_l <= c_l with ||P_l' - P_l||_F <= c'_l T_l (tipped rows)
     weighted(t, eps) -> two (..., h)               probability-weighted bounds on ||dP_l|| and ||d^2P_l|| in the ball
+    key_bounds(t, eps)                             the ball's per-key bounds, computed once for the functions above
     constant_at_zero(P) -> (..., h)                c_l(0) from the attention probabilities alone
     delta(X, w, eps, residual, causal) -> (...,)   Theorem 1 with c_l(eps) and the exact ||M_l|| (lofast.theorem1)
 """
@@ -100,8 +101,10 @@ def _pair_terms(Q: Tensor, K: Tensor, S: Tensor, logp: Tensor, w: AttentionWeigh
     return margin, pair, own
 
 
-def _key_bounds(t: RowTerms, eps: Eps):
-    """(log of the ball's bound on every p_ik (..., h, n, n), each row's top key k* at X (..., h, n, 1))."""
+def key_bounds(t: RowTerms, eps: Eps):
+    """The ball's bounds on every row's probabilities, computed once for the functions that read them (keys=):
+    (log of the bound on every p_ik (..., h, n, n), the same with -inf at each row's top key k* at X, and
+    q_i = min(1, sum_{j != k*} of those bounds) (..., h, n))."""
     e = torch.as_tensor(eps, dtype=t.logp.dtype, device=t.logp.device)
     if bool((e < 0).any()) or not all_finite(e):
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
@@ -110,19 +113,20 @@ def _key_bounds(t: RowTerms, eps: Eps):
     logb = t.logp + rho.unsqueeze(-1) * t.dist  # (..., h, n, n): log of the ball's bound on each p_k
     # p_j <= exp(s_j - s_k*), the margin moved by at most its own bound over the ball
     logb = torch.minimum(logb, _moved(t, e.unsqueeze(-1)) - t.margin)
-    return logb, t.logp.argmax(-1, keepdim=True)
+    rest = logb.scatter(-1, t.logp.argmax(-1, keepdim=True), float("-inf"))  # every key but k*
+    q_row = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n), exp(-inf) = 0 for a lone key
+    return logb, rest, q_row
 
 
-def row_bounds(t: RowTerms, eps: Eps, top_too: bool = False):
+def row_bounds(t: RowTerms, eps: Eps, top_too: bool = False, keys=None):
     """Per row i over the eps-ball, (..., h, n) each: c_i = min(1/2, max_k min(1, p_ik exp(rho_i ||e_k - p_i||)))
     (the bound on max_k p_k), and q_i = min(1, sum_{j != k*} p_ij exp(rho_i ||e_j - p_i||)), a bound on 1 - p_ik*
     anywhere in the ball, k* the row's most probable key at X (docs/math.md §1, "Near one-hot rows"; each key's
-    bound also by its margin, "Per-key margins"); top_too: the bound on max_k p_k itself (not capped at 1/2) too."""
-    logb, top = _key_bounds(t, eps)
+    bound also by its margin, "Per-key margins"); top_too: the bound on max_k p_k itself (not capped at 1/2) too.
+    keys: key_bounds(t, eps) when the caller has it."""
+    logb, _, q_row = key_bounds(t, eps) if keys is None else keys
     log_top = logb.amax(-1)  # (..., h, n): log of the bound on max_k p_k
     c_row = torch.exp(log_top.clamp(max=math.log(0.5)))  # min(1/2, .) in log space, then exp <= 1/2
-    rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
-    q_row = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n), exp(-inf) = 0 for a lone key
     if top_too:
         return c_row, q_row, torch.exp(log_top.clamp(max=0.0))
     return c_row, q_row
@@ -138,18 +142,16 @@ def _moved(t: RowTerms, e: Tensor) -> Tensor:
     return e * (first + e * (1.0 + math.sqrt(2.0)) / 2.0 * t.b[:, None, None]) / math.sqrt(t.dh)
 
 
-def weighted(t: RowTerms, eps: Eps):
+def weighted(t: RowTerms, eps: Eps, keys=None):
     """Probability-weighted bounds anywhere in the eps-ball, per unit ||E||_F, (..., h) each: omega_l >= ||dP_l[E]||_F
     and a bound on ||d^2P_l[E, E]||_F. A row's change is weighted by the ball bounds u_ij >= p_ij of the keys it can
     attend to: ||J_sm(p) ds||_1 <= 2 sum_{j != k*} p_j |ds_j - ds_k*| and ||T(p)[ds, ds]||_1 <= 2 Var_p(ds) <=
     2 sum_{j != k*} p_j (ds_j - ds_k*)^2, with |ds_j - ds_k*| <= a'_ij ||e_i|| + b'_i ||e_j - e_k*||, a'_ij =
     (||wq (k_j - k_k*)^T|| + sqrt 2 eps ||B||) / sqrt(dh), b'_i = (||q_i wk^T|| + eps ||B||) / sqrt(dh) (docs/math.md
     §1, "Probability-weighted rows"). So a key of huge score change that the row gives ~0 probability costs ~0, where
-    ||M_l|| charges every row with it."""
-    logb, top = _key_bounds(t, eps)
-    rest = logb.scatter(-1, top, float("-inf"))  # every key but k*
+    ||M_l|| charges every row with it. keys: key_bounds(t, eps) when the caller has it."""
+    _, rest, q = key_bounds(t, eps) if keys is None else keys
     u = torch.exp(rest.clamp(max=0.0))  # (..., h, n, n), 0 at k*
-    q = torch.exp(torch.logsumexp(rest, -1).clamp(max=0.0))  # (..., h, n)
     e = torch.as_tensor(eps, dtype=q.dtype, device=q.device)
     e = e[..., None, None] if e.dim() else e  # (..., 1, 1) against (..., h, n)
     sq, b = math.sqrt(t.dh), t.b[:, None]
@@ -169,27 +171,29 @@ def softmax_constant(t: RowTerms, eps: Eps, onehot: bool = True) -> Tensor:
     return (row_constants(t, eps)[0] if onehot else row_bounds(t, eps)[0]).amax(-1)  # (..., h)
 
 
-def change_constant(t: RowTerms, eps: Eps, T: Tensor) -> Tensor:
-    """c'_l with ||P_l(X') - P_l(X)||_F <= c'_l T_l for every X' in the eps-ball, T (..., h) a bound on ||S_l' - S_l||_F
-    there: (..., h), never above softmax_constant(t, eps). Row by row, ||p_i' - p_i|| <= c_i ||s_i' - s_i|| (the
+def change_constant(t: RowTerms, eps: Eps, m: Tensor, b: Tensor) -> Tensor:
+    """c'_l with ||P_l(X') - P_l(X)||_F <= c'_l T_l for every X' in the eps-ball, T_l = eps (m_l + ||B_l|| eps) /
+    sqrt(dh) Theorem 1's bound on ||S_l' - S_l||_F there (m (..., h) ||M_l|| or an upper estimate, b (h,) ||B_l||):
+    (..., h), never above softmax_constant(t, eps). Row by row, ||p_i' - p_i|| <= c_i ||s_i' - s_i|| (the
     mean value bound) and <= sqrt(2) q_i (zeroth order: every entry but k* lies below its ball bound at both ends,
     and p_ik* moves by their sum), so for the k rows of largest c_i taken at zeroth order and the rest at first
     order, ||P' - P||_F^2 <= sum_{first k} 2 q_i^2 + c_(k+1)^2 T^2; the minimum over k (k = 0 is Theorem 1's
     max_i c_i T). A row the ball can tip off one-hot then costs its probability mass, not ||M_l|| eps. And
     ||P' - P||_F <= eps omega_l (weighted: the mean value bound with the probability-weighted derivative)."""
-    c_row, q_row = row_bounds(t, eps)
+    e = torch.as_tensor(eps, dtype=m.dtype, device=m.device)
+    e = e.unsqueeze(-1) if e.dim() else e  # (..., 1) against (..., h)
+    T = e * (m + b * e) / math.sqrt(t.dh)
+    keys = key_bounds(t, eps)
+    c_row, q_row = row_bounds(t, eps, keys=keys)
     c_sorted, order = torch.minimum(c_row, 2.0 * q_row).sort(-1, descending=True)  # (..., h, n), as row_constants
-    del c_row
     zeroth = torch.cumsum(2.0 * q_row.gather(-1, order).square(), -1)  # rows 1..k at zeroth order
     zeroth = torch.cat([torch.zeros_like(zeroth[..., :1]), zeroth], -1)  # k = 0 .. n
     first = torch.cat([c_sorted, torch.zeros_like(c_sorted[..., :1])], -1)  # c_(k+1), 0 once every row is zeroth
-    T = T.unsqueeze(-1)
-    ratio = torch.where(T > 0, zeroth / T.square().clamp_min(torch.finfo(T.dtype).tiny), torch.inf)
+    T1 = T.unsqueeze(-1)
+    ratio = torch.where(T1 > 0, zeroth / T1.square().clamp_min(torch.finfo(T.dtype).tiny), torch.inf)
     ratio = torch.where(zeroth > 0, ratio, 0.0)  # a row with q_i = 0 costs nothing at any T
     c = torch.sqrt((ratio + first.square()).amin(-1)).minimum(c_sorted[..., 0])
-    e = torch.as_tensor(eps, dtype=T.dtype, device=T.device)
-    e = e.unsqueeze(-1) if e.dim() else e
-    return torch.where(T[..., 0] > 0, torch.minimum(c, e * weighted(t, eps)[0] / T[..., 0].clamp_min(1e-300)), c)
+    return torch.where(T > 0, torch.minimum(c, e * weighted(t, eps, keys)[0] / T.clamp_min(1e-300)), c)
 
 
 def kappa(c: Union[float, Tensor], top: Union[float, Tensor, None] = None) -> Union[float, Tensor]:
@@ -205,12 +209,13 @@ def kappa(c: Union[float, Tensor], top: Union[float, Tensor, None] = None) -> Un
     return math.sqrt(2.0 * g * c + c * c * top)
 
 
-def row_constants(t: RowTerms, eps: Eps):
+def row_constants(t: RowTerms, eps: Eps, keys=None):
     """Per row over the eps-ball, (..., h, n) each, from one row_bounds: min(c_i, 2 q_i) >= ||J_sm(p_i)||
     (softmax_constant's rows) and k_i = min(kappa of it and the row's bound on max_k p_k, 4 q_i)
     >= ||T(p_i)[u, u]|| / ||u||^2: T(p)[u, u]_j =
-    p_j ((u_j - <p, u>)^2 - Var_p(u)), whose 1-norm is at most 2 Var_p(u) <= 4 (1 - p_k) ||u||^2 for every k."""
-    c_row, q_row, top = row_bounds(t, eps, top_too=True)
+    p_j ((u_j - <p, u>)^2 - Var_p(u)), whose 1-norm is at most 2 Var_p(u) <= 4 (1 - p_k) ||u||^2 for every k.
+    keys: key_bounds(t, eps) when the caller has it."""
+    c_row, q_row, top = row_bounds(t, eps, top_too=True, keys=keys)
     c_row = torch.minimum(c_row, 2.0 * q_row)
     return c_row, torch.minimum(kappa(c_row, top), 4.0 * q_row)
 
@@ -233,8 +238,7 @@ def delta(X: Tensor, w: AttentionWeights, eps: Eps, residual: bool = True, causa
     e = check_eps(eps, X)
     z = lofast.zeta(X, w, residual, causal=causal, **power)
     m = lofast.m_norms(X, w, **power)
-    eh = e.unsqueeze(-1) if e.dim() else e
-    c = change_constant(row_terms(X, w, causal), e, eh * (m + w.B_norm() * eh) / math.sqrt(w.dh))
+    c = change_constant(row_terms(X, w, causal), e, m, w.B_norm())
     return lofast.theorem1(z, m, w.B_norm(), lofast.centered_value_norm(X, w), w.VO_norm(), w.dh, e, c)
 
 

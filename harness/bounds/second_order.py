@@ -78,14 +78,15 @@ def curvature_terms(X: Tensor, w: AttentionWeights, m: Tensor, causal: bool = Fa
 def curvature(t: CurvatureTerms, eps: Eps) -> Tensor:
     """K(eps) >= sup_{||Z - X||_F <= eps, ||E||_F = 1} ||D^2 F(Z)[E, E]||_F: (...,) for eps a number or (...,)."""
     e = torch.as_tensor(eps, dtype=t.m.dtype, device=t.m.device)
-    c_row, k_row = lofast_refined.row_constants(t.rows, e)  # the ball's row bounds, computed once
+    keys = lofast_refined.key_bounds(t.rows, e)  # the ball's per-key bounds, computed once for both readers
+    c_row, k_row = lofast_refined.row_constants(t.rows, e, keys)
     c = c_row.amax(-1)  # (..., h), softmax_constant: <= 1/2; ~0 for rows that stay one-hot
     eh = e.unsqueeze(-1) if e.dim() else e  # (..., 1) against (..., h)
     sqdh = math.sqrt(t.dh)
     sigma2 = ((t.m + 2.0 * eh * t.b) / sqdh).square()  # bound on ||dS_l||_F^2 per unit ||E||_F anywhere in the ball
     r = t.rows  # row i's scores move by at most rate_i ||E||_F anywhere in the ball
     rate2 = ((r.key_side + 2.0 * eh * t.b).unsqueeze(-1) + r.query_side).square() / t.dh  # (..., h, n)
-    omega, d2p_weighted = lofast_refined.weighted(t.rows, e)
+    omega, d2p_weighted = lofast_refined.weighted(t.rows, e, keys)
     d2p = torch.minimum(2.0 * c * t.b / sqdh + _most(k_row, rate2, sigma2), d2p_weighted)  # >= ||d^2 P_l[E, E]||_F
     dp = torch.minimum(_most(c_row.square(), rate2, sigma2).sqrt(), omega)  # bound on ||dP_l[E]||_F
     return (d2p * (t.xvo + eh * t.vo) + 2.0 * dp * t.vo).sum(-1)
